@@ -1,0 +1,148 @@
+"""paper_suite.book: parameter checks, atomic artifacts, the ledger and its failure modes."""
+import json
+import os
+
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+
+from paper_suite.book import (ClaimMismatch, check_choice, check_seed, open_chapter, png_bytes, resolve_device,
+                              SCALES)
+
+PRESETS = {"small": {"n": 3}, "full": {"n": 30}}
+
+
+def test_unknown_scale_names_allowed_values(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown scale 'huge'; allowed: small, full"):
+        open_chapter("demo", "huge", "cpu", 0, PRESETS, out=tmp_path)
+    assert not any(tmp_path.iterdir())          # nothing half-written
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "3", True, None])
+def test_bad_seed(seed, tmp_path):
+    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        open_chapter("demo", "small", "cpu", seed, PRESETS, out=tmp_path)
+
+
+def test_unknown_device():
+    with pytest.raises(ValueError, match="allowed: auto, cpu, cuda"):
+        resolve_device("tpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="machine has a GPU")
+def test_cuda_without_gpu_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="no CUDA GPU is available"):
+        resolve_device("cuda")
+    assert resolve_device("auto") == "cpu"
+
+
+def test_presets_must_cover_every_scale(tmp_path):
+    with pytest.raises(ValueError, match="presets lack scale"):
+        open_chapter("demo", "small", "cpu", 0, {"small": {}}, out=tmp_path)
+
+
+def test_preset_attribute_error_lists_settings(tmp_path):
+    ch = open_chapter("demo", "full", "cpu", 0, PRESETS, out=tmp_path)
+    assert ch.preset.n == 30
+    with pytest.raises(AttributeError, match="it has: n"):
+        ch.preset.m
+
+
+def test_seeding_is_reproducible(tmp_path):
+    open_chapter("demo", "small", "cpu", 7, PRESETS, out=tmp_path)
+    a = (np.random.rand(), torch.rand(1).item())
+    open_chapter("demo", "small", "cpu", 7, PRESETS, out=tmp_path)
+    assert a == (np.random.rand(), torch.rand(1).item())
+
+
+def _good_run(out, value=1.0):
+    ch = open_chapter("demo", "small", "cpu", 0, PRESETS, out=out)
+    fig, ax = plt.subplots(); ax.plot([0, value])
+    ch.figure(fig, "fig", "a caption")
+    ch.table([{"a": 1, "b": value}], "tab")
+    ch.claim("c1", "s", "p", value, True, criterion="always")
+    return ch
+
+
+def test_finish_writes_ledger_with_provenance(tmp_path):
+    led = _good_run(tmp_path).finish()
+    files = sorted(os.listdir(tmp_path / "demo"))
+    assert files == ["claims.json", "fig.png", "tab.csv"]
+    disk = json.loads((tmp_path / "demo" / "claims.json").read_text())
+    assert disk["claims"] == led["claims"] and disk["claims"][0]["verdict"] == "reproduced"
+    prov = disk["provenance"]
+    assert {"commit", "dirty", "python", "packages", "wall_time_s", "threads"} <= set(prov)
+    assert prov["packages"]["torch"] == torch.__version__.split("+")[0] or prov["packages"]["torch"].startswith("2.")
+    assert disk["figures"] == [{"name": "fig", "file": "fig.png", "caption": "a caption"}]
+
+
+def test_nothing_visible_before_finish_and_no_stage_left(tmp_path):
+    ch = _good_run(tmp_path)
+    assert not (tmp_path / "demo").exists()
+    ch.finish()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".demo")] == []
+
+
+def test_failed_run_keeps_previous_artifacts(tmp_path):
+    _good_run(tmp_path, 1.0).finish()
+    before = {p.name: p.read_bytes() for p in (tmp_path / "demo").iterdir()}
+    # a run that raises midway never finishes
+    ch = _good_run(tmp_path, 2.0)
+    del ch
+    # a run whose claim does not come out as expected
+    ch = open_chapter("demo", "small", "cpu", 0, PRESETS, out=tmp_path)
+    fig, ax = plt.subplots(); ax.plot([0, 5])
+    ch.figure(fig, "fig", "another")
+    ch.claim("c1", "s", "p", 0, False, criterion="c")
+    with pytest.raises(ClaimMismatch, match="c1"):
+        ch.finish()
+    after = {p.name: p.read_bytes() for p in (tmp_path / "demo").iterdir()}
+    assert after == before
+    failed = json.loads((tmp_path / ".failed" / "demo" / "claims.json").read_text())
+    assert failed["claims"][0]["holds"] is False
+
+
+def test_expected_false_claim_is_not_a_failure(tmp_path):
+    ch = open_chapter("demo", "small", "cpu", 0, PRESETS, out=tmp_path)
+    ch.claim("c1", "s", "p", 0, False, criterion="c", expected=False, note="out of reach at this scale")
+    led = ch.finish()
+    assert led["claims"][0]["verdict"] == "not reproduced"
+    # ...but a claim expected to fail that holds is a surprise, and fails the run
+    ch = open_chapter("demo", "small", "cpu", 0, PRESETS, out=tmp_path)
+    ch.claim("c1", "s", "p", 1, True, criterion="c", expected=False)
+    with pytest.raises(ClaimMismatch):
+        ch.finish()
+
+
+def test_claim_validation(tmp_path):
+    ch = open_chapter("demo", "small", "cpu", 0, PRESETS, out=tmp_path)
+    with pytest.raises(ValueError, match="criterion"):
+        ch.claim("c", "s", "p", 1, True, criterion="")
+    with pytest.raises(TypeError, match="bool"):
+        ch.claim("c", "s", "p", 1, 1, criterion="x")
+    ch.claim("c", "s", "p", np.float32(0.5), np.bool_(True), criterion="x")
+    with pytest.raises(ValueError, match="twice"):
+        ch.claim("c", "s", "p", 1, True, criterion="x")
+    with pytest.raises(ValueError, match="at least one claim"):
+        open_chapter("demo2", "small", "cpu", 0, PRESETS, out=tmp_path).finish()
+
+
+def test_png_bytes_are_deterministic():
+    def draw():
+        fig, ax = plt.subplots(); ax.plot([3, 1, 2]); ax.set_title("t")
+        b = png_bytes(fig); plt.close(fig); return b
+    a, b = draw(), draw()
+    assert a == b and b"tIME" not in a and b"Software" not in a
+
+
+def test_small_scale_runs_on_one_thread(tmp_path):
+    ch = open_chapter("demo", "small", "cpu", 0, PRESETS, out=tmp_path)
+    assert ch.threads == 1 and torch.get_num_threads() == 1
+
+
+def test_choices_and_seed_helpers():
+    assert check_choice("scale", "full", SCALES) == "full"
+    assert check_seed(np.int32(4)) == 4

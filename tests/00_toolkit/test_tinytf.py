@@ -1,0 +1,69 @@
+"""paper_suite.tinytf against hand-written references."""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from paper_suite.tinytf import GPT, CharTokenizer, GPTConfig, capture, get_batch, mlp_act_names, split_ids
+
+
+def _manual_block_attention(attn, u, n_head):
+    B, T, C = u.shape
+    q, k, v = attn.qkv(u).split(C, dim=2)
+    d = C // n_head
+    heads = []
+    for h in range(n_head):
+        s = slice(h * d, (h + 1) * d)
+        sc = q[..., s] @ k[..., s].transpose(1, 2) / math.sqrt(d)
+        sc = sc.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        heads.append(sc.softmax(-1) @ v[..., s])
+    return attn.proj(torch.cat(heads, -1))
+
+
+def test_attention_matches_the_formula():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=7, block_size=9, n_layer=1, n_head=3, d_model=12))
+    u = torch.randn(2, 9, 12)
+    assert torch.allclose(m.blocks[0].attn(u), _manual_block_attention(m.blocks[0].attn, u, 3), atol=1e-6)
+
+
+def test_causality_future_tokens_do_not_change_the_past():
+    torch.manual_seed(1)
+    m = GPT(GPTConfig(vocab_size=7, block_size=8, n_layer=2, n_head=2, d_model=8)).eval()
+    x = torch.randint(7, (1, 8))
+    y = x.clone(); y[0, 5:] = (y[0, 5:] + 1) % 7
+    assert torch.allclose(m(x)[0][0, :5], m(y)[0][0, :5], atol=1e-6)
+    assert not torch.allclose(m(x)[0][0, 5:], m(y)[0][0, 5:])
+
+
+def test_tied_embeddings_and_activation_swap():
+    m = GPT(GPTConfig(vocab_size=5, d_model=8, n_head=2, activation=nn.ReLU))
+    assert m.head.weight is m.tok.weight and isinstance(m.blocks[0].mlp.act, nn.ReLU)
+    assert GPT(GPTConfig(vocab_size=5, d_model=8, n_head=2, tied=False)).head.weight is not None
+
+
+def test_loss_at_init_is_near_log_vocab():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=50, block_size=16, d_model=16, n_head=2))
+    _, loss = m(torch.randint(50, (4, 16)), torch.randint(50, (4, 16)))
+    assert abs(loss.item() - math.log(50)) < 0.1
+
+
+def test_capture_hooks_and_bad_names():
+    m = GPT(GPTConfig(vocab_size=5, block_size=4, d_model=8, n_head=2, n_layer=2))
+    with capture(m, mlp_act_names(m)) as st:
+        m(torch.randint(5, (3, 4)))
+    assert [v[0].shape for v in st.values()] == [(3, 4, 32), (3, 4, 32)]
+    with pytest.raises(KeyError, match="no submodule"):
+        with capture(m, ["blocks.9.mlp.act"]):
+            pass
+
+
+def test_tokenizer_roundtrip_and_batches():
+    tok = CharTokenizer("abcabd")
+    assert tok.vocab_size == 4 and tok.decode(tok.encode("dab")) == "dab"
+    tr, va = split_ids(torch.arange(100), 0.2)
+    assert len(tr) == 80 and va[0] == 80
+    x, y = get_batch(tr, 5, 3, torch.Generator().manual_seed(0))
+    assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(y - x, torch.ones_like(x))
