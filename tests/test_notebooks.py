@@ -7,6 +7,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 
 from helpers import ROOT
@@ -36,7 +37,7 @@ def test_chapter_follows_the_contract(slug):
 
 @pytest.mark.parametrize("slug", list(CHAPTERS))
 def test_papermill_injects_right_after_the_parameters_cell(slug):
-    nb = nbformat.read(CHAPTERS[slug].path, as_version=4)
+    nb = load_notebook_node(str(CHAPTERS[slug].path))   # how papermill reads it
     pnb = parameterize_notebook(nb, {"scale": "full", "seed": 5})
     i = next(k for k, c in enumerate(pnb.cells) if "parameters" in c.metadata.get("tags", []))
     injected = pnb.cells[i + 1]
