@@ -1,5 +1,6 @@
 # paper_suite: `make test` and `make book` are the whole set-up (see README.md).
 SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,10 +13,11 @@ JOBS ?= 2
 
 # torch first and on its own: a CPU wheel of exactly this version lies on disk; installing the project
 # before torch makes pip resolve a multi-GB CUDA build.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements-nodeps.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[dev,book]"
+	$(BIN)/python -m pip install -q torch==2.13.0 2>&1 | { grep -v '^WARNING: Location' || true; }
+	$(BIN)/python -m pip install -q -e ".[dev,book]" 2>&1 | { grep -v '^WARNING: Location' || true; }
+	$(BIN)/python -m pip install -q --no-deps -r requirements-nodeps.txt 2>&1 | { grep -v '^WARNING: Location' || true; }
 	touch $(STAMP)
 
 venv: $(STAMP)

