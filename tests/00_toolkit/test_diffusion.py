@@ -1,0 +1,147 @@
+"""Unit tests for paper_suite.diffusion against references that share none of its code: Monte Carlo,
+least-squares regression, scipy's logistic distribution, and exact Gaussian covariances."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from paper_suite.diffusion import (CondConvDenoiser, CondMLPDenoiser, GaussianDenoiser, add_noise, alpha_sigma,
+                                   ddim_sample, ddpm_sample, denoising_errors, drop_conditions, eps_mse_to_x_mmse,
+                                   eps_to_x, gaussian_mmse_curve, gaussian_posterior_mean, keep_bits,
+                                   logistic_logpdf, logsnr_cosine, logsnr_linear, sample_logsnr, train_denoiser,
+                                   x_to_eps)
+
+COV = torch.tensor([[1.5, 0.6, 0.0], [0.6, 1.0, 0.2], [0.0, 0.2, 0.3]], dtype=torch.float64)
+
+
+def gauss(n, seed, cov=COV):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, cov.shape[0], generator=g, dtype=torch.float64) @ torch.linalg.cholesky(cov).T
+
+
+def test_channel_is_variance_preserving_with_the_right_snr():
+    g = torch.linspace(-8, 8, 17, dtype=torch.float64)
+    a, s = alpha_sigma(g)
+    assert torch.allclose(a**2 + s**2, torch.ones_like(g))
+    assert torch.allclose(torch.log(a**2 / s**2), g)
+
+
+def test_schedules():
+    t = torch.linspace(0, 1, 101)
+    for f in (logsnr_cosine, logsnr_linear):
+        y = f(t, -10.0, 9.0)
+        assert abs(float(y[0]) - 9) < 1e-3 and abs(float(y[-1]) + 10) < 1e-3 and (y.diff() < 0).all()
+    # cosine schedule: alpha^2 = cos^2(pi/2 * t') in the unclipped case
+    tt = torch.tensor([0.3])
+    lo, hi = -60.0, 60.0
+    a2 = torch.sigmoid(logsnr_cosine(tt, lo, hi).double())
+    assert abs(float(a2) - math.cos(math.pi / 2 * 0.3) ** 2) < 1e-4
+
+
+def test_logistic_matches_scipy():
+    x = torch.linspace(-6, 6, 13, dtype=torch.float64)
+    assert np.allclose(logistic_logpdf(x, 0.5, 1.7).numpy(), stats.logistic.logpdf(x.numpy(), 0.5, 1.7))
+    d = sample_logsnr(5000, "logistic", lo=-1e9, hi=1e9, loc=0.5, scale=1.7, generator=torch.Generator().manual_seed(0))
+    assert stats.kstest(d.numpy(), stats.logistic(0.5, 1.7).cdf).pvalue > 0.01
+    u = sample_logsnr(5000, "uniform", lo=-3, hi=2, generator=torch.Generator().manual_seed(0))
+    assert u.min() >= -3 and u.max() <= 2 and stats.kstest(u.numpy(), stats.uniform(-3, 5).cdf).pvalue > 0.01
+    with pytest.raises(ValueError):
+        sample_logsnr(3, "nope")
+
+
+def test_posterior_mean_equals_least_squares_regression():
+    x = gauss(200000, 0)
+    eps = torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    z = add_noise(x, torch.tensor(0.7, dtype=torch.float64), eps)
+    W = np.linalg.lstsq(z.numpy(), x.numpy(), rcond=None)[0]          # best linear = posterior mean for Gaussians
+    probe = torch.randn(5, 3, dtype=torch.float64)
+    assert np.allclose(gaussian_posterior_mean(probe, torch.tensor(0.7), COV).numpy(), probe.numpy() @ W, atol=0.01)
+
+
+def test_mmse_curve_matches_monte_carlo_and_limits():
+    lam = torch.linalg.eigvalsh(COV).numpy()
+    for g in (-2.0, 0.5, 3.0):
+        x = gauss(100000, 2)
+        eps = torch.randn(x.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+        z = add_noise(x, torch.tensor(g, dtype=torch.float64), eps)
+        mc = float(((x - gaussian_posterior_mean(z, torch.tensor(g), COV)) ** 2).sum(1).mean())
+        assert abs(mc / gaussian_mmse_curve(lam, [g])[0] - 1) < 0.02
+    assert abs(gaussian_mmse_curve(lam, [-40])[0] - float(COV.trace())) < 1e-9
+    assert abs(gaussian_mmse_curve(lam, [30])[0] * math.exp(30) - 3) < 1e-6
+
+
+def test_parameterisations_round_trip_and_error_scaling():
+    g = torch.tensor([-3.0, 0.0, 4.0]); x = torch.randn(3, 6); e = torch.randn(3, 6)
+    z = add_noise(x, g, e)
+    assert torch.allclose(eps_to_x(z, e, g), x, atol=1e-4) and torch.allclose(x_to_eps(z, x, g), e, atol=1e-3)
+    e_hat = e + 0.1 * torch.randn(3, 6)
+    x_err = ((x - eps_to_x(z, e_hat, g)) ** 2).sum(1)
+    assert torch.allclose(x_err, eps_mse_to_x_mmse(((e - e_hat) ** 2).sum(1), g), rtol=1e-3)
+
+
+def test_condition_dropout_frequencies_and_keep_bits():
+    k = drop_conditions(200000, 3, [0.2, 0.5, 0.9], torch.Generator().manual_seed(0))
+    assert np.allclose(k.mean(0).numpy(), [0.8, 0.5, 0.1], atol=0.005)
+    assert abs(float((k.sum(1) == 0).float().mean()) - 0.2 * 0.5 * 0.9) < 0.005     # independence
+    assert keep_bits(2, 4, [1, 3]).tolist() == [[0, 1, 0, 1]] * 2 and keep_bits(1, 2, []).sum() == 0
+
+
+@pytest.mark.parametrize("cls", [CondMLPDenoiser, CondConvDenoiser])
+def test_denoisers_shapes_skip_and_dropped_conditions(cls):
+    kw = dict(hidden=16) if cls is CondMLPDenoiser else dict(channels=8, blocks=1)
+    m = cls((1, 8, 8), [(3,), (1, 8, 8)], **kw)
+    z, g = torch.randn(4, 1, 8, 8), torch.tensor([-2.0, 0.0, 1.0, 5.0])
+    c = [torch.eye(3)[[0, 1, 2, 0]], torch.rand(4, 1, 8, 8)]
+    assert m(z, g, c, keep_bits(4, 2, [0, 1])).shape == z.shape
+    # a dropped condition is invisible: changing its value does not change the output
+    c2 = [c[0], torch.rand(4, 1, 8, 8)]
+    k = keep_bits(4, 2, [0])
+    assert torch.allclose(m(z, g, c, k), m(z, g, c2, k))
+    # the skip path (Eq. 9b): with the last layer zeroed the prediction is the unit-Gaussian denoiser σ z
+    with torch.no_grad():
+        m.out.weight.zero_(); m.out.bias.zero_()
+    assert torch.allclose(m(z, g, c, k), alpha_sigma(g)[1].reshape(-1, 1, 1, 1) * z, atol=1e-6)
+
+
+def test_samplers_reproduce_the_gaussian_covariance():
+    gd = GaussianDenoiser(COV.float())
+    for f, steps in ((ddim_sample, 60), (ddpm_sample, 200)):
+        xs = f(gd, 6000, steps=steps, seed=0).double()
+        assert (torch.cov(xs.T) - COV).abs().max() < 0.08, f.__name__
+
+
+def test_denoising_errors_exact_model_and_common_random_numbers():
+    gd = GaussianDenoiser(COV.float())
+    x = gauss(20000, 4).float()
+    grid = [-2.0, 1.0, 4.0]
+    e = denoising_errors(gd, x, subsets=[(), ()], logsnr_grid=grid, seed=0)
+    assert np.array_equal(e[0], e[1])                                     # same x, same ε for every subset
+    lam = torch.linalg.eigvalsh(COV).numpy()
+    assert np.allclose(eps_mse_to_x_mmse(e[0], grid), gaussian_mmse_curve(lam, grid), rtol=0.03)
+
+
+def test_training_lowers_the_loss_towards_the_mmse():
+    x = gauss(4000, 5).float()
+    net = CondMLPDenoiser((3,), hidden=32, depth=2)
+    torch.set_num_threads(1)
+    losses = train_denoiser(net, x, steps=200, batch=128, lr=5e-3, logsnr_lo=-4, logsnr_hi=4, seed=0)
+    assert np.mean(losses[-50:]) < np.mean(losses[:20])
+    lam = torch.linalg.eigvalsh(COV).numpy()
+    e = denoising_errors(net, x[:2000], logsnr_grid=[0.0], seed=1)[0, 0]
+    assert e >= 0.95 * gaussian_mmse_curve(lam, [0.0])[0] and e <= 1.25 * gaussian_mmse_curve(lam, [0.0])[0]
+
+
+def test_samplers_with_an_eps_parameterised_exact_model():
+    gd = GaussianDenoiser(COV.float())
+
+    class EpsModel(torch.nn.Module):
+        shape, objective, n_cond = (3,), "eps", 0
+
+        def forward(self, z, g, conds=(), keep=None):
+            return x_to_eps(z, gd(z, g), g)
+
+    for f in (ddim_sample, ddpm_sample):
+        xs = f(EpsModel(), 6000, steps=60, logsnr_min=-9, logsnr_max=11, seed=1).double()
+        assert (torch.cov(xs.T) - COV).abs().max() < 0.1, f.__name__
