@@ -967,6 +967,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'paper_suite.tinytf.eval_lm': ('00_toolkit/tinytf.html#eval_lm', 'paper_suite/tinytf.py'),
                                     'paper_suite.tinytf.get_batch': ('00_toolkit/tinytf.html#get_batch', 'paper_suite/tinytf.py'),
                                     'paper_suite.tinytf.mlp_act_names': ('00_toolkit/tinytf.html#mlp_act_names', 'paper_suite/tinytf.py'),
+                                    'paper_suite.tinytf.pattern_names': ('00_toolkit/tinytf.html#pattern_names', 'paper_suite/tinytf.py'),
+                                    'paper_suite.tinytf.residual_names': ('00_toolkit/tinytf.html#residual_names', 'paper_suite/tinytf.py'),
                                     'paper_suite.tinytf.split_ids': ('00_toolkit/tinytf.html#split_ids', 'paper_suite/tinytf.py'),
                                     'paper_suite.tinytf.train_lm': ('00_toolkit/tinytf.html#train_lm', 'paper_suite/tinytf.py')},
             'paper_suite.traffic': { 'paper_suite.traffic.Network': ('00_toolkit/traffic.html#network', 'paper_suite/traffic.py'),

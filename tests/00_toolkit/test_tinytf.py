@@ -67,3 +67,23 @@ def test_tokenizer_roundtrip_and_batches():
     assert len(tr) == 80 and va[0] == 80
     x, y = get_batch(tr, 5, 3, torch.Generator().manual_seed(0))
     assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(y - x, torch.ones_like(x))
+
+
+def test_explicit_attention_matches_sdpa_and_exposes_patterns():
+    from paper_suite.tinytf import pattern_names, residual_names
+    torch.manual_seed(2)
+    kw = dict(vocab_size=9, block_size=12, n_layer=2, n_head=3, d_model=12)
+    fused, explicit = GPT(GPTConfig(**kw)), GPT(GPTConfig(**kw, explicit_attention=True))
+    explicit.load_state_dict(fused.state_dict())
+    x = torch.randint(9, (3, 12))
+    assert torch.allclose(fused(x)[0], explicit(x)[0], atol=1e-5)
+    with capture(explicit, pattern_names(explicit) + residual_names(explicit)) as st:
+        explicit(x)
+    u = explicit.blocks[0].ln1(explicit.tok(x) + explicit.pos(torch.arange(12)))
+    q, k, _ = explicit.blocks[0].attn.qkv(u).split(12, dim=2)
+    s = slice(4, 8)   # head 1, by hand
+    ref = (q[..., s] @ k[..., s].transpose(1, 2) / 2.0).masked_fill(
+        torch.triu(torch.ones(12, 12, dtype=torch.bool), 1), float("-inf")).softmax(-1)
+    assert torch.allclose(st["blocks.0.attn.pattern"][0][:, 1], ref, atol=1e-6)
+    with pytest.raises(ValueError, match="explicit_attention"):
+        pattern_names(fused)
