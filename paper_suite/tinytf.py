@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 # %% auto #0
 __all__ = ['CharTokenizer', 'split_ids', 'get_batch', 'GPTConfig', 'CausalSelfAttention', 'MLP', 'Block', 'GPT', 'capture',
-           'mlp_act_names', 'residual_names', 'pattern_names', 'train_lm', 'eval_lm']
+           'mlp_act_names', 'residual_names', 'pattern_names', 'repeated_segment_batch', 'induction_score',
+           'prev_token_score', 'train_lm', 'eval_lm']
 
 # %% ../nbs/00_toolkit/04_tinytf.ipynb #0145b214
 class CharTokenizer:
@@ -62,6 +63,8 @@ class GPTConfig:
     tied: bool = True
     bias: bool = True
     explicit_attention: bool = False  # materialise attention patterns (hookable as `blocks.i.attn.pattern`)
+    attn_only: bool = False           # blocks without MLPs (the attention-only models of induction-head studies)
+    block_norm: bool = True           # LayerNorm before each sublayer (False: identity; the final LN stays)
 
 
 class CausalSelfAttention(nn.Module):
@@ -105,15 +108,16 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One pre-LN transformer block, Eq. (1)."""
+    """One pre-LN transformer block, Eq. (1); without the MLP sublayer when `cfg.attn_only`."""
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.ln1, self.attn = nn.LayerNorm(cfg.d_model), CausalSelfAttention(cfg)
-        self.ln2, self.mlp = nn.LayerNorm(cfg.d_model), MLP(cfg)
+        norm = (lambda: nn.LayerNorm(cfg.d_model)) if cfg.block_norm else nn.Identity
+        self.ln1, self.attn = norm(), CausalSelfAttention(cfg)
+        self.ln2, self.mlp = (None, None) if cfg.attn_only else (norm(), MLP(cfg))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        return x if self.mlp is None else x + self.mlp(self.ln2(x))
 
 
 class GPT(nn.Module):
@@ -170,6 +174,8 @@ def capture(model: nn.Module, names: list[str]) -> Iterator[dict[str, list[torch
 
 def mlp_act_names(model: GPT) -> list[str]:
     """The hook names of every block's MLP activation."""
+    if model.cfg.attn_only:
+        raise ValueError("an attention-only model (GPTConfig(attn_only=True)) has no MLP activations")
     return [f"blocks.{i}.mlp.act" for i in range(len(model.blocks))]
 
 
@@ -183,6 +189,40 @@ def pattern_names(model: GPT) -> list[str]:
     if not model.cfg.explicit_attention:
         raise ValueError("attention patterns are only materialised with GPTConfig(explicit_attention=True)")
     return [f"blocks.{i}.attn.pattern" for i in range(len(model.blocks))]
+
+# %% ../nbs/00_toolkit/04_tinytf.ipynb #ad951620
+def repeated_segment_batch(vocab: int, length: int, seg: int, n: int, gen: torch.Generator
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`n` random sequences with one segment of `seg` tokens repeated at a random later place.
+
+    Returns inputs x and targets y (n × length) and the mask of targets predictable by induction."""
+    if length + 1 < 2 * seg:
+        raise ValueError(f"length {length} too short for two copies of a {seg}-token segment")
+    x = torch.randint(vocab, (n, length + 1), generator=gen)
+    a = (torch.rand(n, generator=gen) * (length + 2 - 2 * seg)).long()            # first start: 0 … L+1−2s
+    b = a + seg + (torch.rand(n, generator=gen) * (length + 2 - 2 * seg - a)).long()  # second start ≥ a + s
+    i = torch.arange(length + 1)
+    inside = (i >= b[:, None]) & (i < (b + seg)[:, None])
+    src = (a[:, None] + i - b[:, None]).clamp(0, length)
+    x = torch.where(inside, x.gather(1, src), x)
+    pred = (i >= (b + 1)[:, None]) & (i < (b + seg)[:, None])                       # x_i copied, not the first
+    return x[:, :-1], x[:, 1:], pred[:, 1:]
+
+
+def induction_score(pattern: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Eq. (2): per head, mean attention from masked queries onto keys j ≤ q with x[j−1] = x[q]; pattern B×H×T×T."""
+    T = x.shape[1]
+    hit = torch.zeros(x.shape[0], T, T, dtype=pattern.dtype, device=pattern.device)
+    hit[:, :, 1:] = (x[:, None, :-1] == x[:, :, None]).to(pattern.dtype)       # key j ≥ 1 follows a copy of x_q
+    hit = hit * torch.ones(T, T, device=pattern.device).tril()
+    per_q = (pattern * hit[:, None]).sum(-1)                                     # B × H × T
+    m = mask.to(pattern.dtype)[:, None]
+    return (per_q * m).sum((0, 2)) / m.sum((0, 2)).clamp_min(1)
+
+
+def prev_token_score(pattern: torch.Tensor) -> torch.Tensor:
+    """Eq. (2): per head, mean attention from each query q ≥ 1 onto key q − 1; pattern B × H × T × T."""
+    return torch.diagonal(pattern, -1, -2, -1).mean((0, 2))
 
 # %% ../nbs/00_toolkit/04_tinytf.ipynb #56eafa3d
 def train_lm(model: GPT, train_ids: torch.Tensor, *, steps: int, batch: int, lr: float = 3e-3,

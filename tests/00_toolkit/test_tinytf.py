@@ -87,3 +87,58 @@ def test_explicit_attention_matches_sdpa_and_exposes_patterns():
     assert torch.allclose(st["blocks.0.attn.pattern"][0][:, 1], ref, atol=1e-6)
     with pytest.raises(ValueError, match="explicit_attention"):
         pattern_names(fused)
+
+
+def test_attention_only_and_norm_free_blocks():
+    from paper_suite.tinytf import residual_names
+    m = GPT(GPTConfig(vocab_size=6, block_size=8, d_model=8, n_head=2, attn_only=True, block_norm=False))
+    assert all(b.mlp is None and b.ln2 is None and isinstance(b.ln1, nn.Identity) for b in m.blocks)
+    assert not any(isinstance(mod, nn.Linear) and mod.out_features == 32 for mod in m.modules())   # no d_ff layers
+    with pytest.raises(ValueError, match="attention-only"):
+        mlp_act_names(m)
+    torch.manual_seed(0)
+    u = torch.randn(2, 8, 8)
+    blk = m.blocks[0]
+    assert torch.allclose(blk(u), u + _manual_block_attention(blk.attn, u, 2), atol=1e-6)
+    with capture(m, residual_names(m)) as st:
+        m(torch.randint(6, (2, 8)))
+    assert st["blocks.1"][0].shape == (2, 8, 8)
+
+
+def test_repeated_segment_batch_places_one_copy():
+    from paper_suite.tinytf import repeated_segment_batch
+    x, y, mask = repeated_segment_batch(1000, 24, 6, 200, torch.Generator().manual_seed(3))
+    assert torch.equal(x[:, 1:], y[:, :-1]) and (mask.sum(1) == 5).all()
+    for r in range(200):
+        q = mask[r].nonzero()[:, 0]
+        assert torch.equal(q, torch.arange(int(q[0]), int(q[0]) + 5))             # one contiguous run
+        b = int(q[0])                                                              # x[b] starts the copy
+        full = torch.cat([x[r, :1], y[r]])                                         # the whole sequence, length 25
+        a = [m for m in range(b - 5) if torch.equal(full[m:m + 6], full[b:b + 6])]
+        assert a, "the copied segment must occur earlier, a whole segment before"
+    with pytest.raises(ValueError, match="too short"):
+        repeated_segment_batch(10, 10, 6, 1, torch.Generator())
+
+
+def _loop_induction(pattern, x, mask):
+    B, H, T, _ = pattern.shape
+    out = torch.zeros(H)
+    n = 0
+    for r in range(B):
+        for q in range(T):
+            if mask[r, q]:
+                n += 1
+                for j in range(1, q + 1):
+                    if x[r, j - 1] == x[r, q]:
+                        out += pattern[r, :, q, j]
+    return out / n
+
+
+def test_induction_and_previous_token_scores_match_loops():
+    from paper_suite.tinytf import induction_score, prev_token_score, repeated_segment_batch
+    x, _, mask = repeated_segment_batch(8, 16, 4, 6, torch.Generator().manual_seed(1))   # small vocab: many matches
+    torch.manual_seed(0)
+    pat = torch.randn(6, 3, 16, 16).masked_fill(torch.triu(torch.ones(16, 16, dtype=torch.bool), 1), -1e9).softmax(-1)
+    assert torch.allclose(induction_score(pat, x, mask), _loop_induction(pat, x, mask), atol=1e-6)
+    ref = torch.stack([pat[:, :, q, q - 1] for q in range(1, 16)], -1).mean((0, 2))
+    assert torch.allclose(prev_token_score(pat), ref, atol=1e-7)
