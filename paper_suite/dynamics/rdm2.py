@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 __all__ = ['detrend_projector', 'rdm2_window', 'rdm2_spectra', 'top_eigenvectors', 'rdm2_gaussian', 'participation_ratio',
            'spectral_heat_capacity', 'two_level_heat_capacity', 'warning_time', 'count_passes', 'saxe_strength',
            'saxe_midpoint', 'linear_teacher', 'train_dln', 'scalar_ews', 'modular_addition', 'QuadMLP',
-           'train_grokking']
+           'train_grokking', 'train_induction', 'rise_midpoint']
 
 # %% ../../nbs/05_dynamics/rdm2.ipynb #8ef0f89b
 def detrend_projector(window: int, order: int = 1) -> np.ndarray:
@@ -232,3 +232,52 @@ def train_grokking(*, p: int, frac: float, hidden: int, lr: float, wd: float, st
         loss.backward()
         opt.step()
     return dict(t=np.array(ts), L=np.array(L), acc=np.array(acc), train_acc=np.array(tracc))
+
+# %% ../../nbs/05_dynamics/rdm2.ipynb #00568d65
+def train_induction(*, vocab: int, length: int, seg: int, d_model: int, n_head: int, lr: float, batch: int,
+                    steps: int, every: int, probe_seqs: int, seed: int, device: str = "cpu", progress=None
+                    ) -> dict[str, np.ndarray]:
+    """Adam on the random-segment task with a 2-layer attention-only GPT; per-checkpoint probe losses and scores.
+
+    Returns t, L (checkpoints × probe positions), ind and prev (best head's score, Eq. 2 of tinytf), rep_loss and
+    other_loss (mean probe loss on predictable / other positions), mask (predictable probe positions)."""
+    from paper_suite.tinytf import (GPT, GPTConfig, capture, induction_score, pattern_names, prev_token_score,
+                                    repeated_segment_batch)
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=vocab, block_size=length, n_layer=2, n_head=n_head, d_model=d_model, tied=False,
+                    explicit_attention=True, attn_only=True, block_norm=False)
+    model = GPT(cfg).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    px, py, pmask = repeated_segment_batch(vocab, length, seg, probe_seqs, torch.Generator().manual_seed(20_000 + seed))
+    px, py = px.to(device), py.to(device)
+    names = pattern_names(model)
+    out: dict[str, list] = {k: [] for k in ("t", "L", "ind", "prev", "rep_loss", "other_loss")}
+    for step in (range(steps + 1) if progress is None else progress(range(steps + 1))):
+        if step % every == 0:
+            with torch.no_grad(), capture(model, names) as st:
+                logits, _ = model(px)
+            loss = F.cross_entropy(logits.flatten(0, 1), py.flatten(), reduction="none").view(py.shape).cpu()
+            out["t"].append(step)
+            out["L"].append(loss.flatten().numpy())
+            out["ind"].append(induction_score(st[names[1]][0].cpu(), px.cpu(), pmask).max().item())
+            out["prev"].append(prev_token_score(st[names[0]][0].cpu()).max().item())
+            out["rep_loss"].append(loss[pmask].mean().item()); out["other_loss"].append(loss[~pmask].mean().item())
+        if step == steps:
+            break
+        x, y, _ = repeated_segment_batch(vocab, length, seg, batch, gen)
+        _, l = model(x.to(device), y.to(device))
+        opt.zero_grad(set_to_none=True)
+        l.backward()
+        opt.step()
+    res = {k: np.array(v) for k, v in out.items()}
+    res["mask"] = pmask.flatten().numpy()
+    return res
+
+
+def rise_midpoint(t: np.ndarray, score: np.ndarray, frac: float = 0.5) -> float | None:
+    """First t at which `score` has covered `frac` of its rise from its first value to its maximum (None: no rise)."""
+    s0, s1 = score[0], score.max()
+    if s1 <= s0:
+        return None
+    return float(t[np.argmax(score >= s0 + frac * (s1 - s0))])

@@ -135,3 +135,24 @@ def test_modular_addition_and_model():
     a, b = X[:, :7].argmax(1), X[:, 7:].argmax(1)
     assert torch.equal(y, (a + b) % 7) and len(tr) + len(te) == 49
     assert QuadMLP(7, 16)(X).shape == (49, 7)
+
+
+def test_rise_midpoint():
+    from paper_suite.dynamics.rdm2 import rise_midpoint
+    t = np.arange(0.0, 100.0, 10.0)
+    s = np.r_[np.full(4, 0.1), 0.3, 0.6, np.full(4, 0.9)]
+    assert rise_midpoint(t, s) == 50.0 and rise_midpoint(t, s, frac=0.2) == 40.0
+    assert rise_midpoint(t, np.linspace(1, 0, 10)) is None          # no rise above the first value
+
+
+def test_induction_run_probe_losses_are_consistent_and_reproducible():
+    from paper_suite.dynamics.rdm2 import train_induction
+    kw = dict(vocab=16, length=12, seg=4, d_model=8, n_head=2, lr=1e-2, batch=4, steps=30, every=10, probe_seqs=3)
+    a, b = train_induction(seed=1, **kw), train_induction(seed=1, **kw)
+    assert np.array_equal(a["L"], b["L"]) and np.array_equal(a["ind"], b["ind"])
+    assert a["L"].shape == (4, 36) and list(a["t"]) == [0, 10, 20, 30] and a["mask"].sum() == 3 * 3
+    assert np.allclose(a["L"][:, a["mask"]].mean(1), a["rep_loss"], atol=1e-6)
+    assert np.allclose(a["L"][:, ~a["mask"]].mean(1), a["other_loss"], atol=1e-6)
+    assert not np.array_equal(a["L"][-1], a["L"][0])                 # it trained
+    c = train_induction(seed=2, **kw)
+    assert not np.array_equal(a["L"][0], c["L"][0])                  # another seed, another model and probe
