@@ -16,8 +16,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 # %% auto #0
 __all__ = ['detrend_projector', 'rdm2_window', 'rdm2_spectra', 'top_eigenvectors', 'rdm2_gaussian', 'participation_ratio',
            'spectral_heat_capacity', 'two_level_heat_capacity', 'warning_time', 'count_passes', 'saxe_strength',
-           'saxe_midpoint', 'linear_teacher', 'train_dln', 'scalar_ews', 'modular_addition', 'QuadMLP',
-           'train_grokking', 'train_induction', 'rise_midpoint']
+           'saxe_midpoint', 'linear_teacher', 'train_dln', 'scalar_ews', 'warning_leads', 'window_ending_at',
+           'modular_addition', 'QuadMLP', 'train_grokking', 'train_induction', 'rise_midpoint']
 
 # %% ../../nbs/05_dynamics/rdm2.ipynb #8ef0f89b
 def detrend_projector(window: int, order: int = 1) -> np.ndarray:
@@ -186,6 +186,22 @@ def scalar_ews(series: np.ndarray, window: int, bandwidth: float = 0.05) -> tupl
     ts.compute_var(rolling_window=window)
     ts.compute_auto(rolling_window=window, lag=1)
     return ts.ews["variance"].to_numpy(), ts.ews["ac1"].to_numpy()
+
+
+def warning_leads(signals: Mapping[str, np.ndarray], tw: np.ndarray, lo: float, hi: float, plateau: float,
+                  baseline: int = 20) -> dict[str, float]:
+    """`lead <name>` = (hi − t_warn)/plateau of each signal's Eq. (10) warning in (lo, hi]; NaN where it stays quiet."""
+    out = {}
+    for name, h in signals.items():
+        t_warn = warning_time(h, tw, lo, hi, baseline=baseline)
+        out[f"lead {name}"] = np.nan if t_warn is None else (hi - t_warn) / plateau
+    return out
+
+
+def window_ending_at(L: np.ndarray, t: np.ndarray, t_event: float, window: int) -> np.ndarray:
+    """The `window` rows of L (checkpoints × probe) ending at the first checkpoint ≥ t_event: past data only."""
+    end = int(np.searchsorted(t, t_event))
+    return L[end - window + 1:end + 1]
 
 # %% ../../nbs/05_dynamics/rdm2.ipynb #bfec2a90
 def modular_addition(p: int, frac: float, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -156,3 +156,15 @@ def test_induction_run_probe_losses_are_consistent_and_reproducible():
     assert not np.array_equal(a["L"][-1], a["L"][0])                 # it trained
     c = train_induction(seed=2, **kw)
     assert not np.array_equal(a["L"][0], c["L"][0])                  # another seed, another model and probe
+
+
+def test_warning_leads_and_event_window():
+    from paper_suite.dynamics.rdm2 import warning_leads, window_ending_at
+    t = np.arange(300.0)
+    sig = {"jump": np.where(t < 200, 0.0, 1.0) + 1e-3 * np.sin(t), "ramp": 0.01 * t}
+    leads = warning_leads(sig, t, 150, 250, plateau=100.0)
+    assert leads["lead jump"] == pytest.approx(0.5) and np.isnan(leads["lead ramp"])
+    assert np.isnan(warning_leads(sig, t, 210, 250, plateau=100.0)["lead jump"])    # the jump is outside (lo, hi]
+    L = np.arange(40.0).reshape(20, 2)
+    w = window_ending_at(L, np.arange(0, 200, 10), 95, 4)
+    assert np.array_equal(w[:, 0], L[7:11, 0])                                     # ends at t = 100, the first ≥ 95
