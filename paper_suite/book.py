@@ -24,9 +24,10 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 # %% auto #0
-__all__ = ['SCALES', 'DEVICES', 'repo_root', 'read_settings', 'check_choice', 'check_seed', 'resolve_device', 'seed_everything',
-           'limit_threads', 'atomic_write_bytes', 'png_bytes', 'to_jsonable', 'git_state', 'package_versions',
-           'ClaimMismatch', 'Preset', 'cpu_seconds', 'Chapter', 'open_chapter']
+__all__ = ['SCALES', 'DEVICES', 'KINDS', 'SEEDS_FILE', 'repo_root', 'read_settings', 'check_choice', 'check_seed',
+           'resolve_device', 'seed_everything', 'limit_threads', 'atomic_write_bytes', 'png_bytes', 'to_jsonable',
+           'git_state', 'package_versions', 'load_avg', 'short_value', 'claims_table_rows', 'ClaimMismatch', 'Preset',
+           'cpu_seconds', 'Chapter', 'open_chapter']
 
 # %% ../nbs/00_toolkit/00_book.ipynb #73684383
 SCALES: tuple[str, ...] = ("small", "full")
@@ -183,6 +184,44 @@ def package_versions(extra: Iterable[str] = ()) -> dict[str, str | None]:
     return out
 
 # %% ../nbs/00_toolkit/00_book.ipynb #b47f88f0
+KINDS: tuple[str, ...] = ("paper", "extension", "check")
+SEEDS_FILE = "seeds.json"
+
+
+def load_avg() -> list[float] | None:
+    """The machine's 1, 5 and 15 minute load averages (None where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def short_value(x: Any, n: int = 120) -> str:
+    """A ledger value on one line, floats to 4 significant digits, at most `n` characters."""
+    def f(v: Any) -> str:
+        if isinstance(v, bool) or v is None:
+            return str(v)
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        if isinstance(v, list):
+            return "[" + ", ".join(f(u) for u in v[:6]) + (", …" if len(v) > 6 else "") + "]"
+        if isinstance(v, dict):
+            return ", ".join(f"{k}={f(u)}" for k, u in v.items())
+        return str(v)
+    t = " ".join(f(x).split())
+    return t if len(t) <= n else t[: n - 1] + "…"
+
+
+def claims_table_rows(claims: list[dict], seeds: Mapping | None = None) -> list[dict]:
+    """One row per claim: id, kind, statement, paper, ours, criterion, verdict, seed agreement, revision mark."""
+    agree = {c["id"]: c.get("agreement", "") for c in (seeds or {}).get("claims", [])}
+    return [{"id": c["id"], "kind": c.get("kind", ""), "statement": short_value(c["statement"], 160),
+             "paper": short_value(c["paper"], 90), "ours": short_value(c["measured"]),
+             "criterion": short_value(c["criterion"], 160),
+             "verdict": ("[Re]" if c["holds"] else "[¬Re]") + ("" if c["holds"] == c["expected"] else " (unexpected)"),
+             "seeds": agree.get(c["id"], "–"), "revised": "†" if c.get("revised") else ""} for c in claims]
+
+
 class ClaimMismatch(AssertionError):
     """Raised by `Chapter.finish` when a claim did not come out as the chapter expected."""
 
@@ -270,23 +309,52 @@ class Chapter:
         return df
 
     # -- claims ------------------------------------------------------------------------------
-    def claim(self, id: str, statement: str, paper: str, measured: Any, holds: bool, *,
-              criterion: str, expected: bool = True, note: str = "") -> dict:
-        """Record one claim check in the ledger and print a one-line verdict."""
+    def claim(self, id: str, statement: str, paper: str, measured: Any, holds: bool, *, kind: str,
+              criterion: str, expected: bool = True, note: str = "", revised: str = "") -> dict:
+        """Record one claim check in the ledger and print a one-line verdict.
+
+        `kind` is one of KINDS; `revised` declares a criterion changed after a run was seen:
+        "<the earlier criterion> gave <what>; changed because <why>"."""
         if any(c["id"] == id for c in self.claims):
             raise ValueError(f"{self.slug}: claim {id!r} recorded twice")
+        if kind not in KINDS:
+            raise ValueError(f"claim {id!r}: unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
         if not isinstance(holds, (bool, np.bool_)):
             raise TypeError(f"claim {id!r}: holds must be a bool, got {type(holds).__name__}")
         if not criterion:
             raise ValueError(f"claim {id!r}: state the criterion fixed before the run")
-        entry = {"id": id, "statement": statement, "paper": paper, "measured": to_jsonable(measured),
+        if not isinstance(revised, str):
+            raise TypeError(f"claim {id!r}: revised must be a sentence (str), got {type(revised).__name__}")
+        entry = {"id": id, "kind": kind, "statement": statement, "paper": paper, "measured": to_jsonable(measured),
                  "criterion": criterion, "holds": bool(holds), "expected": bool(expected),
-                 "verdict": "reproduced" if holds else "not reproduced", "note": note}
+                 "verdict": "reproduced" if holds else "not reproduced", "note": note, "revised": revised}
         self.claims.append(entry)
         mark = "✓" if holds else "✗"
         surprise = "" if bool(holds) == bool(expected) else "   <-- NOT AS EXPECTED"
-        print(f"{mark} {id}: {entry['verdict']} (measured {entry['measured']}; {criterion}){surprise}")
+        print(f"{mark} {id} [{kind}]: {entry['verdict']} (measured {entry['measured']}; {criterion})"
+              f"{' (revised)' if revised else ''}{surprise}")
         return entry
+
+    def committed_seeds(self) -> dict | None:
+        """The chapter's seed ledger (`seeds.json`) in its output folder, else the book's committed one."""
+        for d in (self.out, self.root / read_settings(self.root)["run"]["figures"] / self.slug):
+            p = d / SEEDS_FILE
+            if p.is_file():
+                return json.loads(p.read_text())
+        return None
+
+    def claims_table(self, name: str = "claims", caption: str = "") -> Any:
+        """Render and save the claims table, the same in every chapter (see `claims_table_rows`)."""
+        rows = claims_table_rows(self.claims, self.committed_seeds())
+        cap = caption or ("Every claim of this chapter: its kind (paper, extension or check), the paper's value, ours, "
+                          "the criterion fixed before the run and the verdict; *seeds* is how many of the committed "
+                          "seed runs agree with the majority verdict, † marks a criterion revised after a run was "
+                          "seen (the ledger, `claims.json`, says what the earlier one gave).")
+        return self.table(rows, name, cap)
+
+    def elapsed(self) -> dict[str, float]:
+        """Wall and CPU seconds since the chapter was opened: {'wall_s', 'cpu_s'}."""
+        return {"wall_s": round(time.perf_counter() - self._t0, 2), "cpu_s": round(cpu_seconds() - self._c0, 2)}
 
     @contextlib.contextmanager
     def timed(self, name: str) -> Iterator[None]:
@@ -315,6 +383,7 @@ class Chapter:
                            "platform": platform.platform(), "threads": self.threads,
                            "wall_time_s": round(time.perf_counter() - self._t0, 2),
                            "cpu_time_s": round(cpu_seconds() - self._c0, 2),
+                           "load_avg": load_avg(),
                            "packages": package_versions(self.packages)},
         })
 
@@ -328,6 +397,9 @@ class Chapter:
         atomic_write_bytes(self._stage / "claims.json",
                            (json.dumps(led, indent=2, ensure_ascii=False) + "\n").encode())
         self._done = True
+        carried = self.out / SEEDS_FILE      # the seed ledger is written by `paper-suite run --seeds`, not by a run
+        if carried.is_file():
+            shutil.copy2(carried, self._stage / SEEDS_FILE)
         bad = [c["id"] for c in self.claims if c["holds"] != c["expected"]]
         target = self.out if not bad else self.out.parent / ".failed" / self.slug
         _swap_in(self._stage, target)

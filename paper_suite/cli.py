@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from .book import DEVICES, SCALES, check_seed, read_settings, repo_root, resolve_device
-from .runner import (chapter_params, discover, find_chapter, load_ledgers, results_table,
-                                run_chapters, status_rows)
+from .book import DEVICES, SCALES, check_seed, load_avg, read_settings, repo_root, resolve_device
+from .runner import (chapter_params, check_seeds, discover, find_chapter, load_ledgers,
+                                load_seed_ledgers, results_table, run_chapters, run_seeds, seeds_table,
+                                status_rows, headline, headline_text)
 
 # %% auto #0
-__all__ = ['UsageError', 'build_parser', 'cmd_list', 'cmd_run', 'cmd_status', 'cmd_params', 'main']
+__all__ = ['UsageError', 'build_parser', 'cmd_list', 'cmd_run', 'cmd_bench', 'cmd_status', 'cmd_params', 'main']
 
 # %% ../nbs/00_toolkit/02_cli.ipynb #5f52a6cf
 class UsageError(Exception):
@@ -50,10 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--all", action="store_true", help="every chapter in the book")
     r.add_argument("--scale", choices=SCALES, default=cfg["scale"])
     r.add_argument("--device", choices=DEVICES, default=cfg["device"])
-    r.add_argument("--seed", type=_seed, default=int(cfg["seed"]))
+    seed = r.add_mutually_exclusive_group()
+    seed.add_argument("--seed", type=_seed, default=int(cfg["seed"]))
+    seed.add_argument("--seeds", type=_seed, nargs="+", default=None, metavar="N",
+                      help="run once per seed and write figures/<slug>/seeds.json")
     r.add_argument("--jobs", type=_jobs, default=1, help="chapters run at once")
     r.add_argument("--keep-going", action="store_true", help="run the rest after a failure")
     r.add_argument("--out", type=Path, default=None, help="figures root instead of figures/")
+    b = sub.add_parser("bench", help="CPU and wall time of chapters against the budget (figures/ untouched)")
+    b.add_argument("slugs", nargs="*", metavar="SLUG", help="default: every chapter")
+    b.add_argument("--scale", choices=SCALES, default=cfg["scale"])
+    b.add_argument("--device", choices=DEVICES, default=cfg["device"])
     s = sub.add_parser("status", help="the claims ledger across all chapters")
     s.add_argument("--json", action="store_true")
     pp = sub.add_parser("params", help="a chapter's parameters and their defaults")
@@ -77,28 +87,72 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise UsageError("give chapter slugs or --all (not both)")
     infos = list(chapters.values()) if a.all else [find_chapter(s, chapters) for s in dict.fromkeys(a.slugs)]
     resolve_device(a.device)  # fail before starting any kernel
+    if a.seeds is not None:
+        return _run_seeds(infos, a)
     results = run_chapters(infos, jobs=a.jobs, keep_going=a.keep_going, scale=a.scale, device=a.device,
                            seed=a.seed, figures=a.out)
     print(results_table(results))
     return 0 if len(results) == len(infos) and all(r.ok for r in results) else 1
 
 
+def _run_seeds(infos, a: argparse.Namespace) -> int:
+    seeds = check_seeds(a.seeds)
+    if a.jobs != 1:
+        raise UsageError("--seeds runs one chapter at a time; drop --jobs")
+    code = 0
+    for info in infos:
+        res = run_seeds(info, seeds, scale=a.scale, device=a.device, figures=a.out)
+        print(results_table(res.runs))
+        print(seeds_table(res))
+        if not res.ok or not all(r.status != "error" for r in res.runs) or \
+                (0 in seeds and not res.runs[seeds.index(0)].ok):
+            code = 1
+            if not a.keep_going:
+                break
+    return code
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    root = repo_root()
+    chapters = discover(root)
+    infos = [find_chapter(s, chapters) for s in dict.fromkeys(a.slugs)] if a.slugs else list(chapters.values())
+    resolve_device(a.device)
+    before = load_avg()
+    scratch = Path(tempfile.mkdtemp(prefix="paper-suite-bench."))
+    try:
+        results = run_chapters(infos, jobs=1, keep_going=True, scale=a.scale, device=a.device, seed=0,
+                               figures=scratch / "figures", executed=scratch / "executed")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    rows = [("chapter", "cpu s", "wall s", "budget s", "cpu/budget", "load 1m at start", "outcome")]
+    for r in results:
+        rows.append((r.slug, f"{r.cpu_s:.1f}", f"{r.wall_s:.1f}", f"{r.budget_s:.0f}", f"{r.cpu_s / r.budget_s:.2f}",
+                     f"{r.load[0]:.2f}" if r.load else "?",
+                     ("over budget" if r.over_budget else "ok") if r.status != "error" else f"error: {r.error}"))
+    w = [max(len(t[i]) for t in rows) for i in range(len(rows[0]))]
+    print("\n".join("  ".join(c.ljust(n) for c, n in zip(t, w)) for t in rows))
+    after = load_avg()
+    print(f"total: {sum(r.cpu_s for r in results):.1f} s CPU, {sum(r.wall_s for r in results):.1f} s wall, "
+          f"{len(results)} chapters at {a.scale}; load average (1, 5, 15 min) {before} before, {after} after")
+    return 0 if all(r.status != "error" and not r.over_budget for r in results) else 1
+
+
 def cmd_status(a: argparse.Namespace) -> int:
-    rows = status_rows(load_ledgers())
+    rows = status_rows(load_ledgers(), load_seed_ledgers())
     if a.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
         return 0
     if not rows:
         print("no ledgers yet: run `paper-suite run --all`")
         return 0
-    table = [("chapter", "claim", "verdict", "paper", "ours")]
-    table += [(r["chapter"], r["claim"], ("[Re] " if r["verdict"] == "reproduced" else "[¬Re] ")
-               + ("" if r["as_expected"] else "(unexpected)"), _short(r["paper"], 44), _short(r["measured"], 44))
-              for r in rows]
-    w = [max(len(t[i]) for t in table) for i in range(4)]
-    print("\n".join("  ".join(c.ljust(n) for c, n in zip(t[:4], w)) + "  " + t[4] for t in table))
-    n_re = sum(r["verdict"] == "reproduced" for r in rows)
-    print(f"\n{n_re}/{len(rows)} claims reproduced across {len({r['chapter'] for r in rows})} chapters")
+    table = [("chapter", "claim", "kind", "verdict", "seeds", "paper", "ours")]
+    table += [(r["chapter"], r["claim"], r["kind"] or "?", ("[Re]" if r["verdict"] == "reproduced" else "[¬Re]")
+               + ("†" if r["revised"] else "") + ("" if r["as_expected"] else " (unexpected)"),
+               r["agreement"] or "-", _short(r["paper"], 40), _short(r["measured"], 40)) for r in rows]
+    w = [max(len(t[i]) for t in table) for i in range(6)]
+    print("\n".join("  ".join(c.ljust(n) for c, n in zip(t[:6], w)) + "  " + t[6] for t in table))
+    print(f"\n{headline_text(headline(rows))}; {len({r['chapter'] for r in rows})} chapters"
+          "\n(verdict: the majority over the seed ledger where there is one; † a criterion revised after a run)")
     return 0
 
 
@@ -125,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         a = build_parser().parse_args(argv)
         if a.cmd == "list":
             return cmd_list()
-        return {"run": cmd_run, "status": cmd_status, "params": cmd_params}[a.cmd](a)
+        return {"run": cmd_run, "bench": cmd_bench, "status": cmd_status, "params": cmd_params}[a.cmd](a)
     except (UsageError, ValueError, RuntimeError) as e:
         print(f"paper-suite: error: {e}", file=sys.stderr)
         return 2

@@ -12,15 +12,21 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import nbformat
 
-from .book import (DEVICES, SCALES, check_choice, check_seed, read_settings, repo_root)
+import shutil
+import tempfile
+
+from .book import (DEVICES, KINDS, SEEDS_FILE, SCALES, atomic_write_bytes, check_choice, check_seed,
+                              load_avg, read_settings, repo_root, to_jsonable)
 
 # %% auto #0
 __all__ = ['ChapterInfo', 'notebook_title', 'discover', 'parameters_cell', 'chapter_params', 'find_chapter', 'RunResult',
-           'run_chapter', 'run_chapters', 'results_table', 'load_ledgers', 'status_rows']
+           'run_chapter', 'run_chapters', 'results_table', 'check_seeds', 'majority', 'aggregate_seeds',
+           'load_seed_ledgers', 'SeedsResult', 'run_seeds', 'seeds_table', 'load_ledgers', 'status_rows', 'headline',
+           'headline_text']
 
 # %% ../nbs/00_toolkit/01_runner.ipynb #d55c2343
 _PART_RE = re.compile(r"^0[1-9]_[a-z]+$")
@@ -103,6 +109,8 @@ class RunResult:
     total: int = 0
     error: str = ""
     executed: str = ""
+    load: list | None = None     # the machine's load averages when the run started
+    seed: int = 0
 
     @property
     def ok(self) -> bool:
@@ -146,6 +154,7 @@ def run_chapter(info: ChapterInfo, scale: str = "small", device: str = "auto", s
     ledger, failed = figures / info.slug / "claims.json", figures / ".failed" / info.slug / "claims.json"
     before = ledger.stat().st_mtime_ns if ledger.exists() else None
     failed.unlink(missing_ok=True)
+    load = load_avg()
     t0 = time.perf_counter()
     status, error = "ok", ""
     try:
@@ -171,7 +180,7 @@ def run_chapter(info: ChapterInfo, scale: str = "small", device: str = "auto", s
         else:
             held, total, cpu = _read_claims(ledger)
     return RunResult(info.slug, scale, status, round(wall, 1), cfg.getfloat("budget", scale), cpu,
-                     held, total, error, str(out_nb))
+                     held, total, error, str(out_nb), load, seed)
 
 # %% ../nbs/00_toolkit/01_runner.ipynb #4e88e44e
 def _run_one(args: tuple) -> RunResult:
@@ -223,6 +232,156 @@ def results_table(results: Iterable[RunResult]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:6], widths)) + "  " + row[6] for row in rows)
 
+# %% ../nbs/00_toolkit/01_runner.ipynb #s33d0002
+def check_seeds(seeds: Any) -> list[int]:
+    """`seeds` as a list of distinct non-negative ints, else a one-line ValueError."""
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
+        raise ValueError(f"seeds must be a list of distinct non-negative integers, got {seeds!r}")
+    out = list(seeds)
+    if not out:
+        raise ValueError("seeds must be a non-empty list of distinct non-negative integers, got []")
+    try:
+        out = [check_seed(s) for s in out]
+    except ValueError:
+        raise ValueError(f"seeds must be distinct non-negative integers, got {list(seeds)!r}") from None
+    if len(set(out)) != len(out):
+        raise ValueError(f"seeds must be distinct, got {out!r}")
+    return out
+
+
+def majority(held: int, n: int) -> tuple[str, str]:
+    """(verdict, agreement) for a claim that held on `held` of `n` seeds, Eq. (1); a tie is not reproduced."""
+    if not 0 <= held <= n or n < 1:
+        raise ValueError(f"held must be in 0..n with n >= 1, got held={held}, n={n}")
+    verdict = "reproduced" if 2 * held > n else "not reproduced"
+    return verdict, f"{max(held, n - held)}/{n}"
+
+
+def aggregate_seeds(ledgers: Mapping[int, Mapping]) -> dict:
+    """The seed ledger from one chapter ledger per seed: per claim, each seed's outcome and the majority."""
+    if not ledgers:
+        raise ValueError("no seed ledgers to aggregate")
+    seeds = sorted(ledgers)
+    first = ledgers[seeds[0]]
+    ids = [c["id"] for c in first["claims"]]
+    for s in seeds:
+        other = [c["id"] for c in ledgers[s]["claims"]]
+        if other != ids:
+            raise ValueError(f"{first['slug']}: seed {s} checked claims {other}, seed {seeds[0]} checked {ids}")
+    claims = []
+    for i, cid in enumerate(ids):
+        per = {str(s): {"holds": ledgers[s]["claims"][i]["holds"], "measured": ledgers[s]["claims"][i]["measured"],
+                        "as_expected": ledgers[s]["claims"][i]["holds"] == ledgers[s]["claims"][i]["expected"]}
+               for s in seeds}
+        held = sum(p["holds"] for p in per.values())
+        verdict, agreement = majority(held, len(seeds))
+        c0 = first["claims"][i]
+        claims.append({"id": cid, "kind": c0.get("kind", ""), "held": held, "runs": len(seeds),
+                       "verdict": verdict, "agreement": agreement, "tie": 2 * held == len(seeds),
+                       "all_as_expected": all(p["as_expected"] for p in per.values()), "per_seed": per})
+    prov = first.get("provenance", {})
+    return to_jsonable({"slug": first["slug"], "scale": first["scale"], "device": first.get("device", ""),
+                        "seeds": seeds, "commit": prov.get("commit"), "dirty": prov.get("dirty"),
+                        "cpu_time_s": {str(s): ledgers[s].get("provenance", {}).get("cpu_time_s") for s in seeds},
+                        "claims": claims})
+
+
+def load_seed_ledgers(figures: str | os.PathLike | None = None) -> dict[str, dict]:
+    """Every committed `figures/<slug>/seeds.json`, by slug."""
+    root = repo_root()
+    figures = Path(figures or root / read_settings(root)["run"]["figures"])
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted(figures.glob(f"*/{SEEDS_FILE}"))
+            if not p.parent.name.startswith(".")}
+
+# %% ../nbs/00_toolkit/01_runner.ipynb #s33d0004
+@dataclass
+class SeedsResult:
+    """The outcome of `run_seeds`: one RunResult per seed, and the seed ledger when it was written."""
+    slug: str
+    runs: list[RunResult]
+    ledger: dict | None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.ledger is not None
+
+
+def _seed_ledger_path(run_figures: Path, slug: str) -> Path | None:
+    for p in (run_figures / slug / "claims.json", run_figures / ".failed" / slug / "claims.json"):
+        if p.is_file():
+            return p
+    return None
+
+
+def _refresh_claims_csv(folder: Path, seeds_doc: Mapping) -> None:
+    """Rewrite the saved claims table (`ch.claims_table()`) with the agreement of the new seed ledger: the run
+    that saved it could only read the seed ledger before this one."""
+    import pandas as pd
+    from paper_suite.book import claims_table_rows
+    led_path, csv = folder / "claims.json", folder / "claims.csv"
+    if not (led_path.is_file() and csv.is_file()):
+        return
+    led = json.loads(led_path.read_text())
+    old = pd.read_csv(csv, nrows=0).columns.tolist()
+    rows = claims_table_rows(led["claims"], seeds_doc)
+    if not rows or old != list(rows[0]):
+        return                                   # a table of another shape under the same name: leave it
+    atomic_write_bytes(csv, pd.DataFrame(rows).to_csv(index=False, float_format="%.6g").encode())
+
+
+def run_seeds(info: ChapterInfo, seeds: Iterable[int], scale: str = "small", device: str = "auto",
+              figures: str | os.PathLike | None = None, executed: str | os.PathLike | None = None,
+              root: str | os.PathLike | None = None, progress: bool = True) -> SeedsResult:
+    """Run one chapter once per seed and write `figures/<slug>/seeds.json` (see above); never raises for a
+    chapter's own failure."""
+    from paper_suite.book import _swap_in
+    seeds = check_seeds(seeds)
+    check_choice("scale", scale, SCALES); check_choice("device", device, DEVICES)
+    root = Path(root or repo_root())
+    cfg = read_settings(root)
+    figures = Path(figures or root / cfg["run"]["figures"]).resolve()
+    executed = Path(executed or root / cfg["run"]["executed"]).resolve()
+    figures.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=figures, prefix=f".seeds.{info.slug}."))
+    try:
+        runs, ledgers = [], {}
+        for s in seeds:
+            ex = executed if s == 0 else executed / "seeds" / str(s)
+            r = run_chapter(info, scale=scale, device=device, seed=s, figures=scratch / str(s), executed=ex, root=root)
+            runs.append(r)
+            led = _seed_ledger_path(scratch / str(s), info.slug)
+            if r.status == "error" or led is None:
+                return SeedsResult(info.slug, runs, None, f"seed {s}: {r.error or 'no ledger'}; nothing written")
+            ledgers[s] = json.loads(led.read_text())
+        doc = aggregate_seeds(ledgers)
+        target = figures / info.slug
+        if 0 in ledgers and runs[seeds.index(0)].ok:
+            _swap_in(scratch / "0" / info.slug, target)
+        elif not target.is_dir():
+            return SeedsResult(info.slug, runs, None, "no good seed-0 run and no figures to put the seed ledger "
+                                                      f"beside; run `paper-suite run {info.slug}` first")
+        atomic_write_bytes(target / SEEDS_FILE, (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode())
+        _refresh_claims_csv(target, doc)
+        return SeedsResult(info.slug, runs, doc)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def seeds_table(res: SeedsResult) -> str:
+    """The closing table of a seeds run: per claim, the verdict on each seed and the agreement."""
+    if res.ledger is None:
+        return f"{res.slug}: {res.error}"
+    seeds = res.ledger["seeds"]
+    rows = [("claim", "kind", *[f"seed {s}" for s in seeds], "majority", "agree")]
+    for c in res.ledger["claims"]:
+        marks = [("Re" if c["per_seed"][str(s)]["holds"] else "¬Re") + ("" if c["per_seed"][str(s)]["as_expected"]
+                 else "!") for s in seeds]
+        rows.append((c["id"], c["kind"], *marks, c["verdict"], c["agreement"] + (" tie" if c["tie"] else "")))
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = "\n".join("  ".join(x.ljust(n) for x, n in zip(r, w)) for r in rows)
+    return out + "\n(! = not as the chapter expected on that seed)"
+
 # %% ../nbs/00_toolkit/01_runner.ipynb #95fa9610
 def load_ledgers(figures: str | os.PathLike | None = None) -> dict[str, dict]:
     """Every `figures/<slug>/claims.json`, by slug (hidden folders such as `.failed` are skipped)."""
@@ -235,9 +394,45 @@ def load_ledgers(figures: str | os.PathLike | None = None) -> dict[str, dict]:
     return out
 
 
-def status_rows(ledgers: dict[str, dict]) -> list[dict]:
-    """One row per claim: chapter, claim id, statement, paper, measured, criterion, verdict, expected."""
-    return [{"chapter": slug, "scale": led.get("scale", ""), "claim": c["id"], "statement": c["statement"],
-             "paper": c["paper"], "measured": c["measured"], "criterion": c["criterion"],
-             "verdict": c["verdict"], "as_expected": c["holds"] == c["expected"], "note": c.get("note", "")}
-            for slug, led in ledgers.items() for c in led["claims"]]
+def status_rows(ledgers: Mapping[str, Mapping], seeds: Mapping[str, Mapping] | None = None) -> list[dict]:
+    """One row per claim: chapter, claim id, kind, statement, paper, measured (seed 0), criterion, the book's
+    verdict (the majority over the seed ledger where there is one, else the single run's), seed agreement,
+    revision, expected."""
+    rows = []
+    for slug, led in ledgers.items():
+        by_id = {c["id"]: c for c in (seeds or {}).get(slug, {}).get("claims", [])}
+        for c in led["claims"]:
+            s = by_id.get(c["id"])
+            rows.append({"chapter": slug, "scale": led.get("scale", ""), "claim": c["id"], "kind": c.get("kind", ""),
+                         "statement": c["statement"], "paper": c["paper"], "measured": c["measured"],
+                         "criterion": c["criterion"], "run_verdict": c["verdict"],
+                         "verdict": s["verdict"] if s else c["verdict"],
+                         "agreement": s["agreement"] if s else "", "seeds": len(s["per_seed"]) if s else 0,
+                         "revised": c.get("revised", ""), "as_expected": c["holds"] == c["expected"],
+                         "note": c.get("note", "")})
+    return rows
+
+
+def headline(rows: Iterable[Mapping]) -> dict:
+    """Counts for the book's headline: paper claims reproduced (majority verdict) of all paper claims, how many
+    of those have a unanimous seed ledger, and the other kinds alongside."""
+    rows = list(rows)
+    out = {}
+    for kind in KINDS:
+        ks = [r for r in rows if r["kind"] == kind]
+        out[kind] = {"reproduced": sum(r["verdict"] == "reproduced" for r in ks), "total": len(ks),
+                     "with_seeds": sum(r["seeds"] > 0 for r in ks),
+                     "unanimous": sum(bool(r["agreement"]) and r["agreement"].split("/")[0] == r["agreement"].split("/")[1]
+                                      for r in ks),
+                     "revised": sum(bool(r["revised"]) for r in ks)}
+    out["unclassified"] = sum(r["kind"] not in KINDS for r in rows)
+    return out
+
+
+def headline_text(h: Mapping) -> str:
+    """'paper claims reproduced: N of M (seed agreement: U of S unanimous); ...' in one line."""
+    p = h["paper"]
+    seeds = (f" (seed agreement: {p['unanimous']} of {p['with_seeds']} unanimous)" if p["with_seeds"] else
+             " (no seed ledgers)")
+    rest = "; ".join(f"{k} claims held: {h[k]['reproduced']} of {h[k]['total']}" for k in ("extension", "check"))
+    return f"paper claims reproduced: {p['reproduced']} of {p['total']}{seeds}; {rest}"

@@ -19,13 +19,13 @@ import nbformat
 import yaml
 
 from .book import SCALES, atomic_write_bytes, check_choice, read_settings, repo_root
-from .runner import discover, status_rows
+from .runner import discover, headline, status_rows
 
 # %% auto #0
-__all__ = ['GENERATED_PAGES', 'TOOLKIT', 'RE', 'NOT_RE', 'MATHJAX_NPM', 'FAVICON_SVG', 'read_toc', 'TocEntry', 'toc_entries',
-           'toc_problems', 'md_cell', 'fmt_value', 'fmt_seconds', 'fmt_commit', 'claim_rows', 'status_page',
-           'provenance_box', 'add_provenance', 'tidy_streams', 'relink_figures', 'mathjax_dir', 'chapter_pages',
-           'assemble_source', 'BookBuildError', 'build_book']
+__all__ = ['GENERATED_PAGES', 'TOOLKIT', 'RE', 'NOT_RE', 'KIND_ORDER', 'MATHJAX_NPM', 'FAVICON_SVG', 'read_toc', 'TocEntry',
+           'toc_entries', 'toc_problems', 'md_cell', 'fmt_value', 'fmt_seconds', 'fmt_commit', 'claim_rows',
+           'status_page', 'provenance_box', 'add_provenance', 'tidy_streams', 'relink_figures', 'mathjax_dir',
+           'chapter_pages', 'assemble_source', 'BookBuildError', 'build_book']
 
 # %% ../nbs/00_toolkit/07_site.ipynb #4d1d3543
 GENERATED_PAGES: tuple[str, ...] = ("status",)   # toc pages that build_book writes; not in nbs/
@@ -148,10 +148,10 @@ def fmt_commit(prov: Mapping) -> str:
     return f"{sha[:10]}" + (" (modified)" if prov.get("dirty") else "")
 
 # %% ../nbs/00_toolkit/07_site.ipynb #0a5279bf
-def claim_rows(ledgers: Mapping[str, Mapping]) -> list[dict]:
+def claim_rows(ledgers: Mapping[str, Mapping], seeds: Mapping[str, Mapping] | None = None) -> list[dict]:
     """One row per claim of every ledger: the runner's status row plus mark, device and wall time."""
     rows = []
-    for r in status_rows(dict(ledgers)):
+    for r in status_rows(dict(ledgers), seeds):
         led = ledgers[r["chapter"]]
         rows.append({**r, "mark": RE if r["verdict"] == "reproduced" else NOT_RE,
                      "device": led.get("device", ""),
@@ -159,16 +159,32 @@ def claim_rows(ledgers: Mapping[str, Mapping]) -> list[dict]:
     return rows
 
 
-def _fake_ledger(slug: str, holds: Iterable[bool], scale: str = "small", wall: float = 3.5) -> dict:
+def _fake_ledger(slug: str, holds: Iterable[bool], scale: str = "small", wall: float = 3.5,
+                 kinds: Iterable[str] | None = None) -> dict:
     """A ledger shaped like `Chapter.ledger()`'s, for checks and tests."""
-    claims = [{"id": f"c{i}", "statement": f"claim {i} of {slug}", "paper": "0.9", "measured": 0.91 - 0.5 * (not h),
-               "criterion": "measured > 0.8", "holds": h, "expected": h, "verdict": "reproduced" if h else "not reproduced",
-               "note": "" if h else "needs the full scale"} for i, h in enumerate(holds, 1)]
+    holds = list(holds)
+    kinds = list(kinds or ["paper"] * len(holds))
+    claims = [{"id": f"c{i}", "kind": k, "statement": f"claim {i} of {slug}", "paper": "0.9",
+               "measured": 0.91 - 0.5 * (not h), "criterion": "measured > 0.8", "holds": h, "expected": h,
+               "verdict": "reproduced" if h else "not reproduced", "note": "" if h else "needs the full scale",
+               "revised": ""} for i, (h, k) in enumerate(zip(holds, kinds), 1)]
     return {"slug": slug, "scale": scale, "device": "cpu", "seed": 0, "params": {"steps": 10}, "preset": {"n": 5},
             "claims": claims, "figures": [], "tables": [], "timings_s": {},
             "provenance": {"commit": "0123456789abcdef0123", "dirty": False, "python": "3.11.7", "platform": "Linux",
-                           "threads": 1, "wall_time_s": wall,
+                           "threads": 1, "wall_time_s": wall, "cpu_time_s": wall - 0.5, "load_avg": [0.5, 0.4, 0.3],
                            "packages": {"paper_suite": "0.0.1", "torch": "2.13.0+cpu", "numpy": "2.4.6"}}}
+
+
+def _fake_seeds(led: Mapping, held: Iterable[int], runs: int = 3) -> dict:
+    """A seed ledger for `led` whose claims held on `held[i]` of `runs` seeds (for checks and tests)."""
+    from paper_suite.runner import majority
+    claims = []
+    for c, h in zip(led["claims"], held):
+        v, a = majority(h, runs)
+        claims.append({"id": c["id"], "kind": c["kind"], "held": h, "runs": runs, "verdict": v, "agreement": a,
+                       "tie": 2 * h == runs, "all_as_expected": True,
+                       "per_seed": {str(s): {"holds": s < h, "measured": 0.0, "as_expected": True} for s in range(runs)}})
+    return {"slug": led["slug"], "scale": led["scale"], "seeds": list(range(runs)), "claims": claims}
 
 # %% ../nbs/00_toolkit/07_site.ipynb #3df22946
 def _chapter_link(slug: str, chapters: Mapping[str, tuple[str, str]], short: bool = False) -> str:
@@ -184,78 +200,130 @@ def _clip(text: str, n: int = 140) -> str:
     return text if len(text) <= n else text[: n - 1].rstrip() + "…"
 
 
-def _verdict_summary(claims: list[dict]) -> str:
-    held = sum(c["holds"] for c in claims)
-    if held == len(claims):
+def _verdict_summary(rows: list[dict]) -> str:
+    held = sum(r["verdict"] == "reproduced" for r in rows)
+    if not rows:
+        return "–"
+    if held == len(rows):
         return f"{RE} all"
-    return f"{RE} {held} · {NOT_RE} {len(claims) - held}"
+    return f"{RE} {held} · {NOT_RE} {len(rows) - held}"
+
+
+def _budget_cell(prov: Mapping, budget: float | None) -> str:
+    cpu = prov.get("cpu_time_s")
+    if not isinstance(cpu, (int, float)):
+        return ""
+    if not budget:
+        return fmt_seconds(cpu)
+    flag = " **over**" if cpu > budget else ""
+    return f"{fmt_seconds(cpu)} / {budget:.0f} s{flag}"
+
+
+KIND_ORDER = {"paper": 0, "extension": 1, "check": 2}
 
 
 def status_page(ledgers: Mapping[str, Mapping], chapters: Mapping[str, tuple[str, str]],
-                scale: str | None = None) -> str:
-    """The reproduction status page (MyST Markdown) from the ledgers, listing every chapter."""
-    rows = claim_rows(ledgers)
-    held = sum(r["verdict"] == "reproduced" for r in rows)
+                scale: str | None = None, seeds: Mapping[str, Mapping] | None = None,
+                budgets: Mapping[str, float] | None = None) -> str:
+    """The reproduction status page (MyST Markdown) from the ledgers and seed ledgers, listing every chapter."""
+    seeds = seeds or {}
+    rows = claim_rows(ledgers, seeds)
+    h = headline(rows)
+    p = h["paper"]
     slugs = list(chapters) + [s for s in ledgers if s not in chapters]
+    seeds_text = (f" (seed agreement: {p['unanimous']} of {p['with_seeds']} unanimous)" if p["with_seeds"]
+                  else " (no seed ledgers)")
     out = ["# Reproduction status", "",
-           f"**{held} of {len(rows)} claims reproduced** across {sum(s in ledgers for s in slugs)} of "
-           f"{len(slugs)} chapters. {RE} marks a claim that held under the criterion its chapter fixed "
-           f"before the run; {NOT_RE} one that did not. Each chapter's numbers come from its ledger "
-           "(`figures/<slug>/claims.json`), written by its last complete run; rerun a chapter with "
-           "`paper-suite run <slug>`.", ""]
+           f"**Paper claims reproduced: {p['reproduced']} of {p['total']}**{seeds_text}, across "
+           f"{sum(s in ledgers for s in slugs)} of {len(slugs)} chapters. Alongside them: "
+           f"{h['extension']['reproduced']} of {h['extension']['total']} extension claims and "
+           f"{h['check']['reproduced']} of {h['check']['total']} checks held.", "",
+           f"How to read it. {RE} marks a claim that held under the criterion its chapter fixed before the run, "
+           f"{NOT_RE} one that did not. Each claim has a *kind*: **paper**, a claim the paper makes (only these "
+           "count in the headline); **extension**, a claim the chapter adds (a baseline or regime the paper did "
+           "not name); **check**, a claim that holds by construction or checks the implementation. The verdict "
+           "is the majority over the chapter's seed runs (`figures/<slug>/seeds.json`; a tie counts as not "
+           "reproduced) and *seeds* says how many agree with it, e.g. 3/3; where a chapter has no seed ledger "
+           "the verdict is that of its single run. † marks a criterion revised after a run was seen; the "
+           "revisions are listed, with what the earlier criterion gave, at the end of the claims. Numbers come "
+           "from each chapter's ledger (`figures/<slug>/claims.json`, seed 0), written by its last complete "
+           "run; rerun a chapter with `paper-suite run <slug> --seeds 0 1 2`.", ""]
     if scale:
         out += [f"The pages of this book were executed at scale `{scale}`.", ""]
 
     out += ["## Chapters", "",
-            "| chapter | claims | verdict | scale | device | wall time | commit | run details |",
-            "|---|---|---|---|---|---|---|---|"]
+            "| chapter | paper claims | all claims | verdicts | CPU time / budget | scale | device | wall time "
+            "| commit | run details |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for slug in slugs:
         link = _chapter_link(slug, chapters)
         if slug not in ledgers:
-            out.append(f"| {link} | – | no ledger | | | | | |")
+            out.append(f"| {link} | – | – | no ledger | | | | | | |")
             continue
         led = ledgers[slug]
         prov = led.get("provenance", {})
+        mine = [r for r in rows if r["chapter"] == slug]
+        pap = [r for r in mine if r["kind"] == "paper"]
         details = f"{{ref}}`how it was made <provenance-{slug}>`" if slug in chapters else ""
-        n_held = sum(c["holds"] for c in led["claims"])
-        out.append(f"| {link} | {n_held}/{len(led['claims'])} | {_verdict_summary(led['claims'])} | "
-                   f"{md_cell(led.get('scale', ''))} | {md_cell(led.get('device', ''))} | "
+        budget = (budgets or {}).get(led.get("scale", ""))
+        out.append(f"| {link} | {sum(r['verdict'] == 'reproduced' for r in pap)}/{len(pap)} | "
+                   f"{sum(r['verdict'] == 'reproduced' for r in mine)}/{len(mine)} | {_verdict_summary(mine)} | "
+                   f"{_budget_cell(prov, budget)} | {md_cell(led.get('scale', ''))} | {md_cell(led.get('device', ''))} | "
                    f"{fmt_seconds(prov.get('wall_time_s'))} | `{fmt_commit(prov)}` | {details} |")
 
-    out += ["", "## Claims", "",
-            "| chapter | claim | verdict | statement | paper | ours | criterion | scale | device | wall time |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
-    notes = []
-    for r in rows:
-        verdict = f"**{r['mark']}**"
-        if r["note"]:
-            notes.append(r)
-            verdict += f" [^{len(notes)}]"
-        if not r["as_expected"]:
-            verdict += " (not as expected)"
-        out.append(f"| {_chapter_link(r['chapter'], chapters, short=True)} | `{md_cell(r['claim'])}` | {verdict} | "
-                   f"{md_cell(r['statement'])} | {md_cell(_clip(fmt_value(r['paper'])))} | "
-                   f"{md_cell(_clip(fmt_value(r['measured'])))} | {md_cell(r['criterion'])} | "
-                   f"{md_cell(r['scale'])} | {md_cell(r['device'])} | {fmt_seconds(r['wall_s'])} |")
-    if not rows:
-        out.append("| | | no chapter has written a ledger yet | | | | | | | |")
+    notes, revisions = [], []
+    ordered = sorted(rows, key=lambda r: KIND_ORDER.get(r["kind"], 3))    # stable: book order within a kind
+    for kind, title in (("paper", "Paper claims"), ("extension", "Extensions"), ("check", "Checks"),
+                        (None, "Claims of no kind")):
+        these = [r for r in ordered if (r["kind"] == kind if kind else r["kind"] not in KIND_ORDER)]
+        if kind is None and not these:
+            continue
+        out += ["", f"## {title}", "",
+                "| chapter | claim | verdict | seeds | statement | paper | ours | criterion | scale | device |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in these:
+            verdict = f"**{r['mark']}**"
+            if r["revised"]:
+                revisions.append(r)
+                verdict += " †"
+            if r["note"]:
+                notes.append(r)
+                verdict += f" [^{len(notes)}]"
+            if not r["as_expected"]:
+                verdict += " (not as expected)"
+            out.append(f"| {_chapter_link(r['chapter'], chapters, short=True)} | `{md_cell(r['claim'])}` | {verdict} | "
+                       f"{md_cell(r['agreement'] or '–')} | {md_cell(r['statement'])} | "
+                       f"{md_cell(_clip(fmt_value(r['paper'])))} | {md_cell(_clip(fmt_value(r['measured'])))} | "
+                       f"{md_cell(r['criterion'])} | {md_cell(r['scale'])} | {md_cell(r['device'])} |")
+        if not these:
+            out.append("| | | none yet | | | | | | | |")
+    if revisions:
+        out += ["", "## Revised criteria", "",
+                "Each of these criteria was changed after a run had been seen; the ledger says what the earlier "
+                "one gave and why it changed.", "",
+                "| chapter | claim | kind | the revision |", "|---|---|---|---|"]
+        out += [f"| {_chapter_link(r['chapter'], chapters, short=True)} | `{md_cell(r['claim'])}` | {r['kind']} | "
+                f"{md_cell(r['revised'])} |" for r in revisions]
     if notes:
         out.append("")
         out += [f"[^{i}]: {r['chapter']} · {r['claim']}: {md_cell(r['note'])}" for i, r in enumerate(notes, 1)]
 
     out += ["", "## Environment", "",
-            "The software and machine each ledger came from.", "",
-            "| chapter | Python | torch | NumPy | paper_suite | device | threads | platform |",
-            "|---|---|---|---|---|---|---|---|"]
+            "The software and machine each ledger came from, and the machine's load average (1, 5, 15 min) "
+            "when its run ended.", "",
+            "| chapter | Python | torch | NumPy | paper_suite | device | threads | load | platform |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for slug in slugs:
         if slug in ledgers:
             led = ledgers[slug]
             prov = led.get("provenance", {})
             pk = prov.get("packages", {})
+            load = prov.get("load_avg")
             out.append(f"| {_chapter_link(slug, chapters, short=True)} | {md_cell(prov.get('python', ''))} | "
                        f"{md_cell(pk.get('torch') or '')} | {md_cell(pk.get('numpy') or '')} | "
                        f"{md_cell(pk.get('paper_suite') or '')} | {md_cell(led.get('device', ''))} | "
-                       f"{md_cell(prov.get('threads', ''))} | {md_cell(prov.get('platform', ''))} |")
+                       f"{md_cell(prov.get('threads', ''))} | {', '.join(map(str, load)) if load else ''} | "
+                       f"{md_cell(prov.get('platform', ''))} |")
     return "\n".join(out) + "\n"
 
 # %% ../nbs/00_toolkit/07_site.ipynb #ffc6abe6
@@ -388,7 +456,7 @@ def chapter_pages(root: Path) -> dict[str, tuple[str, str]]:
 def assemble_source(root: str | os.PathLike, scale: str, executed: str | os.PathLike,
                     figures: str | os.PathLike, src: str | os.PathLike) -> Path:
     """Write the book's source tree (see above) into `src`, replacing what was there."""
-    from paper_suite.runner import load_ledgers
+    from paper_suite.runner import load_ledgers, load_seed_ledgers
     root, executed, figures, src = Path(root), Path(executed), Path(figures), Path(src)
     nbs = root / read_settings(root)["run"]["chapters"]
     if src.exists():
@@ -397,6 +465,7 @@ def assemble_source(root: str | os.PathLike, scale: str, executed: str | os.Path
     chapters = chapter_pages(root)
     by_page = {page: slug for slug, (_, page) in chapters.items()}
     ledgers = load_ledgers(figures) if figures.is_dir() else {}
+    seed_ledgers = load_seed_ledgers(figures) if figures.is_dir() else {}
     missing = [s for s, (_, page) in chapters.items() if not (executed / scale / f"{page}.ipynb").is_file()]
     if missing:
         raise FileNotFoundError(
@@ -422,7 +491,8 @@ def assemble_source(root: str | os.PathLike, scale: str, executed: str | os.Path
         else:
             text = (nbs / f"{e.file}.md").read_text()
             dest.with_suffix(".md").write_text(relink_figures(text, e.file, root, figures, src))
-    (src / "status.md").write_text(status_page(ledgers, chapters, scale))
+    budgets = {s: read_settings(root).getfloat("budget", s) for s in SCALES}
+    (src / "status.md").write_text(status_page(ledgers, chapters, scale, seed_ledgers, budgets))
     extra = src / "_extra"
     shutil.copytree(mathjax_dir(root), extra / "mathjax")
     (extra / "favicon.svg").write_text(FAVICON_SVG)

@@ -60,8 +60,8 @@ import matplotlib.pyplot as plt
 ch = open_chapter("{slug}", scale, device, seed, presets={{"small": {{"n": 3}}, "full": {{"n": 30}}}})
 fig, ax = plt.subplots(); ax.plot(range(ch.preset.n)); ax.set_xlabel("i"); ax.set_ylabel("i")
 ch.figure(fig, "line", "A line.")
-ch.claim("scale", "the scale reaches the chapter", "-", scale, True, criterion="recorded")
-ch.claim("n", "the preset follows the scale", "-", ch.preset.n, ch.preset.n == (3 if scale == "small" else 30),
+ch.claim("scale", "the scale reaches the chapter", "-", scale, True, kind="check", criterion="recorded")
+ch.claim("n", "the preset follows the scale", "-", ch.preset.n, ch.preset.n == (3 if scale == "small" else 30), kind="paper",
          criterion="n matches the scale")
 ch.finish()
 """
@@ -75,7 +75,19 @@ raise RuntimeError("boom")
 MISMATCH_BODY = """
 from paper_suite.book import open_chapter
 ch = open_chapter("{slug}", scale, device, seed, presets={{"small": {{}}, "full": {{}}}})
-ch.claim("c", "one is two", "-", 1, 1 == 2, criterion="equality")
+ch.claim("c", "one is two", "-", 1, 1 == 2, kind="paper", criterion="equality")
+ch.finish()
+"""
+
+# a claim that holds on even seeds only (seed 1: not as expected, recorded), and a crash on seed 2
+SEEDY_BODY = """
+from paper_suite.book import open_chapter
+ch = open_chapter("{slug}", scale, device, seed, presets={{"small": {{}}, "full": {{}}}})
+ch.claim("even", "the seed is even", "-", seed, seed % 2 == 0, kind="paper", criterion="seed % 2 == 0")
+ch.claim("one", "one is one", "-", 1, True, kind="check", criterion="equality")
+if seed == 2 and "{slug}" == "crashy":
+    raise RuntimeError("seed 2 crashes")
+ch.claims_table()
 ch.finish()
 """
 

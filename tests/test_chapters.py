@@ -1,13 +1,17 @@
-"""Every chapter in the toc, executed once at `small` on the CPU: it runs, within budget, with every claim as
-expected; the committed ledger is not stale; and a second run of one chapter gives identical claims."""
+"""Every chapter in the toc, executed once at `small` on the CPU: it runs with every claim as expected and no
+runaway; the committed ledger and seed ledger are not stale; and a second run of one chapter gives identical
+claims. The budget itself (CPU seconds against settings.ini) is measured by `paper-suite bench`, not here: CPU
+time on a shared machine depends on what else it runs, and a verdict must not."""
 import json
 
 import pytest
 
 from helpers import ROOT, TEST_BUILD, budget, execute_once, toc_chapters
-from paper_suite.runner import discover, run_chapter
+from paper_suite.book import KINDS, SEEDS_FILE
+from paper_suite.runner import discover, majority, run_chapter
 
 SLUGS = toc_chapters()
+RUNAWAY = 3          # times the budget
 pytestmark = pytest.mark.chapter
 
 
@@ -19,10 +23,9 @@ def test_toc_lists_chapters():
 def test_chapter_runs_as_expected(slug):
     r = execute_once(slug)
     assert r.status == "ok", f"{slug}: {r.status}: {r.error} (executed notebook: {r.executed})"
-    # the budget is compute on one core: the kernel's CPU time, which a busy machine does not stretch;
-    # the wall time gets a loose bound only, since CI runs two chapters on its two cores
-    assert 0 < r.cpu_s <= budget("small"), f"{slug} used {r.cpu_s:.0f} s of CPU at small"
-    assert r.wall_s <= 3 * budget("small"), f"{slug} took {r.wall_s:.0f} s wall at small"
+    # a runaway guard only, that no plausible load trips (the budget is `paper-suite bench`'s to check)
+    assert 0 < r.cpu_s <= RUNAWAY * budget("small"), f"{slug} used {r.cpu_s:.0f} s of CPU at small (runaway)"
+    assert r.wall_s <= 2 * RUNAWAY * budget("small"), f"{slug} took {r.wall_s:.0f} s wall at small (runaway)"
 
 
 @pytest.mark.parametrize("slug", [pytest.param(s, marks=pytest.mark.xdist_group(s)) for s in SLUGS])
@@ -37,6 +40,25 @@ def test_committed_ledger_is_not_stale(slug):
     assert verdicts(old) == verdicts(fresh), f"rerun `paper-suite run {slug}` and commit figures/{slug}/"
     assert old["scale"] == "small" and old["seed"] == 0
     assert {f["file"] for f in old["figures"]} == {f["file"] for f in fresh["figures"]}
+    assert all(c.get("kind") in KINDS for c in fresh["claims"]), f"{slug}: every claim needs a kind"
+
+
+@pytest.mark.parametrize("slug", [pytest.param(s, marks=pytest.mark.xdist_group(s)) for s in SLUGS])
+def test_committed_seed_ledger_is_not_stale(slug):
+    path = ROOT / "figures" / slug / SEEDS_FILE
+    assert path.exists(), f"figures/{slug}/{SEEDS_FILE} is not committed: run `paper-suite run {slug} --seeds 0 1 2`"
+    seeds = json.loads(path.read_text())
+    assert seeds["scale"] == "small" and seeds["seeds"] == [0, 1, 2]
+    r = execute_once(slug)
+    assert r.status == "ok", f"{slug} did not run cleanly ({r.error})"
+    fresh = json.loads((TEST_BUILD / "figures" / slug / "claims.json").read_text())
+    assert [c["id"] for c in seeds["claims"]] == [c["id"] for c in fresh["claims"]], \
+        f"{slug}: the seed ledger checks other claims; rerun `paper-suite run {slug} --seeds 0 1 2`"
+    seed0 = {c["id"]: c["per_seed"]["0"]["holds"] for c in seeds["claims"]}
+    assert seed0 == {c["id"]: c["holds"] for c in fresh["claims"]}, \
+        f"{slug}: seed 0 of the seed ledger disagrees with a fresh run; rerun `paper-suite run {slug} --seeds 0 1 2`"
+    for c in seeds["claims"]:     # the aggregation is what the runner's rule says it is
+        assert (c["verdict"], c["agreement"]) == majority(c["held"], c["runs"])
 
 
 DETERMINISM = "weight_drift"

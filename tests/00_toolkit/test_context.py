@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from paper_suite.book import (ClaimMismatch, check_choice, check_seed, open_chapter, png_bytes, resolve_device,
+from paper_suite.book import (KINDS, SEEDS_FILE, ClaimMismatch, claims_table_rows, short_value, check_choice, check_seed, open_chapter, png_bytes, resolve_device,
                               SCALES)
 
 PRESETS = {"small": {"n": 3}, "full": {"n": 30}}
@@ -63,7 +63,7 @@ def _good_run(out, value=1.0):
     fig, ax = plt.subplots(); ax.plot([0, value])
     ch.figure(fig, "fig", "a caption")
     ch.table([{"a": 1, "b": value}], "tab")
-    ch.claim("c1", "s", "p", value, True, criterion="always")
+    ch.claim("c1", "s", "p", value, True, kind="paper", criterion="always")
     return ch
 
 
@@ -97,7 +97,7 @@ def test_failed_run_keeps_previous_artifacts(tmp_path):
     ch = open_chapter("demo", "small", "cpu", 0, PRESETS, out=tmp_path)
     fig, ax = plt.subplots(); ax.plot([0, 5])
     ch.figure(fig, "fig", "another")
-    ch.claim("c1", "s", "p", 0, False, criterion="c")
+    ch.claim("c1", "s", "p", 0, False, kind="paper", criterion="c")
     with pytest.raises(ClaimMismatch, match="c1"):
         ch.finish()
     after = {p.name: p.read_bytes() for p in (tmp_path / "demo").iterdir()}
@@ -108,12 +108,12 @@ def test_failed_run_keeps_previous_artifacts(tmp_path):
 
 def test_expected_false_claim_is_not_a_failure(tmp_path):
     ch = open_chapter("demo", "small", "cpu", 0, PRESETS, out=tmp_path)
-    ch.claim("c1", "s", "p", 0, False, criterion="c", expected=False, note="out of reach at this scale")
+    ch.claim("c1", "s", "p", 0, False, kind="paper", criterion="c", expected=False, note="out of reach at this scale")
     led = ch.finish()
     assert led["claims"][0]["verdict"] == "not reproduced"
     # ...but a claim expected to fail that holds is a surprise, and fails the run
     ch = open_chapter("demo", "small", "cpu", 0, PRESETS, out=tmp_path)
-    ch.claim("c1", "s", "p", 1, True, criterion="c", expected=False)
+    ch.claim("c1", "s", "p", 1, True, kind="paper", criterion="c", expected=False)
     with pytest.raises(ClaimMismatch):
         ch.finish()
 
@@ -121,12 +121,12 @@ def test_expected_false_claim_is_not_a_failure(tmp_path):
 def test_claim_validation(tmp_path):
     ch = open_chapter("demo", "small", "cpu", 0, PRESETS, out=tmp_path)
     with pytest.raises(ValueError, match="criterion"):
-        ch.claim("c", "s", "p", 1, True, criterion="")
+        ch.claim("c", "s", "p", 1, True, kind="paper", criterion="")
     with pytest.raises(TypeError, match="bool"):
-        ch.claim("c", "s", "p", 1, 1, criterion="x")
-    ch.claim("c", "s", "p", np.float32(0.5), np.bool_(True), criterion="x")
+        ch.claim("c", "s", "p", 1, 1, kind="paper", criterion="x")
+    ch.claim("c", "s", "p", np.float32(0.5), np.bool_(True), kind="paper", criterion="x")
     with pytest.raises(ValueError, match="twice"):
-        ch.claim("c", "s", "p", 1, True, criterion="x")
+        ch.claim("c", "s", "p", 1, True, kind="paper", criterion="x")
     with pytest.raises(ValueError, match="at least one claim"):
         open_chapter("demo2", "small", "cpu", 0, PRESETS, out=tmp_path).finish()
 
@@ -147,3 +147,42 @@ def test_small_scale_runs_on_one_thread(tmp_path):
 def test_choices_and_seed_helpers():
     assert check_choice("scale", "full", SCALES) == "full"
     assert check_seed(np.int32(4)) == 4
+
+
+def test_claim_kinds_are_validated_and_recorded(tmp_path):
+    ch = open_chapter("demo", "small", "cpu", 0, PRESETS, out=tmp_path)
+    with pytest.raises(ValueError, match="unknown kind 'theorem'; allowed: paper, extension, check"):
+        ch.claim("c", "s", "p", 1, True, kind="theorem", criterion="x")
+    with pytest.raises(TypeError):
+        ch.claim("c", "s", "p", 1, True, criterion="x")            # kind is required
+    with pytest.raises(TypeError, match="revised"):
+        ch.claim("c", "s", "p", 1, True, kind="paper", criterion="x", revised=True)
+    for kind in KINDS:
+        ch.claim(kind, "s", "p", 1, True, kind=kind, criterion="x")
+    led = ch.finish()
+    assert [c["kind"] for c in led["claims"]] == list(KINDS) and all(c["revised"] == "" for c in led["claims"])
+
+
+def test_claims_table_has_kind_seeds_and_revision_mark(tmp_path):
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / SEEDS_FILE).write_text(json.dumps({"claims": [{"id": "a", "agreement": "2/3"}]}))
+    ch = open_chapter("demo", "small", "cpu", 0, PRESETS, out=tmp_path)
+    ch.claim("a", "s", "0.9", 0.91, True, kind="paper", criterion="x > 0.8",
+             revised="x > 0.95 gave False; changed because the paper's 0.9 is rounded")
+    ch.claim("b", "s", "-", 1, False, kind="check", criterion="x == 2", expected=False)
+    df = ch.claims_table()
+    assert list(df.columns) == ["id", "kind", "statement", "paper", "ours", "criterion", "verdict", "seeds", "revised"]
+    assert df.to_dict("records")[0]["seeds"] == "2/3" and df.to_dict("records")[0]["revised"] == "†"
+    assert df.to_dict("records")[1]["seeds"] == "–" and df.to_dict("records")[1]["verdict"] == "[¬Re]"
+    ch.finish()
+    # the seed ledger is carried over by a plain run, and the table is saved
+    assert (tmp_path / "demo" / SEEDS_FILE).is_file() and (tmp_path / "demo" / "claims.csv").is_file()
+    assert set(ch.elapsed()) == {"wall_s", "cpu_s"}
+
+
+def test_claims_table_rows_shorten_values():
+    rows = claims_table_rows([{"id": "c", "kind": "extension", "statement": "s", "paper": "p",
+                               "measured": {"x": 0.123456789, "v": list(range(20))}, "criterion": "k",
+                               "holds": True, "expected": False}])
+    assert rows[0]["ours"] == "x=0.1235, v=[0, 1, 2, 3, 4, 5, …]" and rows[0]["verdict"] == "[Re] (unexpected)"
+    assert short_value("a" * 300, 10) == "a" * 9 + "…"

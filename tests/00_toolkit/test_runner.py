@@ -5,15 +5,16 @@ import pytest
 
 from helpers import read_ledger
 from paper_suite.cli import main
-from paper_suite.runner import (chapter_params, discover, find_chapter, results_table, run_chapter, run_chapters,
-                                status_rows, load_ledgers)
+from paper_suite.book import SEEDS_FILE
+from paper_suite.runner import (chapter_params, discover, find_chapter, load_ledgers, load_seed_ledgers, results_table,
+                                run_chapter, run_chapters, run_seeds, seeds_table, status_rows)
 
 pytestmark = pytest.mark.xdist_group("fake_book")
 
 
 def test_discover_and_params(fake_book):
     chs = discover(fake_book)
-    assert list(chs) == ["boom", "mismatch", "ok"]
+    assert list(chs) == ["boom", "crashy", "mismatch", "ok", "seedy"]
     assert chs["ok"].title == "Demo chapter: a test" and chs["ok"].module == "paper_suite.demo.ok"
     assert chapter_params(chs["ok"].path) == {"scale": "small", "device": "auto", "seed": 0}
     with pytest.raises(ValueError, match="unknown chapter 'nope'; allowed: "):
@@ -56,7 +57,7 @@ def test_failing_chapters_keep_previous_figures_and_keep_going(fake_book):
 
 def test_cli_errors_are_one_line(fake_book, monkeypatch, capsys):
     monkeypatch.chdir(fake_book)
-    for argv, msg in ((["run", "nope"], "unknown chapter 'nope'; allowed: boom, mismatch, ok"),
+    for argv, msg in ((["run", "nope"], "unknown chapter 'nope'; allowed: boom, crashy, mismatch, ok, seedy"),
                       (["run", "ok", "--scale", "huge"], "invalid choice: 'huge'"),
                       (["run", "ok", "--device", "tpu"], "invalid choice: 'tpu'"),
                       (["run", "ok", "--seed", "-1"], "seed must be a non-negative integer"),
@@ -88,3 +89,81 @@ def test_cli_list_and_params(fake_book, monkeypatch, capsys):
     assert "ok" in out and "Demo chapter: a test" in out and "60" in out and "600" in out
     assert main(["params", "ok"]) == 0
     assert "scale = 'small'  (str)" in capsys.readouterr().out
+
+
+# -- verdicts over seeds -----------------------------------------------------------------------------
+def test_run_seeds_writes_the_seed_ledger_with_majority_and_agreement(fake_book):
+    figs = fake_book / "figs"
+    res = run_seeds(discover(fake_book)["seedy"], [0, 1, 2], device="cpu", root=fake_book, figures=figs,
+                    executed=fake_book / "exec")
+    assert res.ok, res.error
+    doc = json.loads((figs / "seedy" / SEEDS_FILE).read_text())
+    assert doc["seeds"] == [0, 1, 2] and doc == res.ledger
+    even, one = doc["claims"]
+    assert (even["held"], even["verdict"], even["agreement"], even["kind"]) == (2, "reproduced", "2/3", "paper")
+    assert even["per_seed"]["1"] == {"holds": False, "measured": 1, "as_expected": False}
+    assert (one["verdict"], one["agreement"]) == ("reproduced", "3/3")
+    # seed 0's run is the chapter's figures, and its claims table shows the agreement
+    assert read_ledger(figs, "seedy")["seed"] == 0
+    assert "2/3" in (figs / "seedy" / "claims.csv").read_text()
+    table = seeds_table(res)
+    assert "¬Re!" in table and "2/3" in table
+    # a plain run afterwards keeps the seed ledger
+    assert run_chapter(discover(fake_book)["seedy"], device="cpu", seed=0, root=fake_book, figures=figs,
+                       executed=fake_book / "exec").ok
+    assert json.loads((figs / "seedy" / SEEDS_FILE).read_text()) == doc
+
+
+def test_a_tie_over_seeds_is_not_reproduced(fake_book):
+    res = run_seeds(discover(fake_book)["seedy"], [0, 1], device="cpu", root=fake_book, figures=fake_book / "f",
+                    executed=fake_book / "exec")
+    even = res.ledger["claims"][0]
+    assert (even["verdict"], even["agreement"], even["tie"]) == ("not reproduced", "1/2", True)
+
+
+def test_a_failed_seed_writes_nothing(fake_book):
+    figs = fake_book / "figs"
+    (figs / "crashy").mkdir(parents=True)
+    (figs / "crashy" / SEEDS_FILE).write_text('{"old": true}')
+    (figs / "crashy" / "claims.json").write_text('{"claims": []}')
+    res = run_seeds(discover(fake_book)["crashy"], [0, 1, 2], device="cpu", root=fake_book, figures=figs,
+                    executed=fake_book / "exec")
+    assert not res.ok and "seed 2" in res.error and "RuntimeError" in res.error
+    assert (figs / "crashy" / SEEDS_FILE).read_text() == '{"old": true}'
+    assert (figs / "crashy" / "claims.json").read_text() == '{"claims": []}'
+    assert not [p for p in figs.iterdir() if p.name.startswith(".seeds")]     # no scratch left behind
+
+
+def test_cli_seeds_errors_are_one_line(fake_book, monkeypatch, capsys):
+    monkeypatch.chdir(fake_book)
+    for argv, msg in ((["run", "seedy", "--seeds", "0", "0"], "seeds must be distinct"),
+                      (["run", "seedy", "--seeds", "0", "x"], "seed must be a non-negative integer"),
+                      (["run", "seedy", "--seeds"], "expected at least one argument"),
+                      (["run", "seedy", "--seed", "1", "--seeds", "2"], "not allowed with argument"),
+                      (["run", "seedy", "--seeds", "0", "--jobs", "2"], "drop --jobs"),
+                      (["bench", "nope"], "unknown chapter 'nope'")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and msg in err, (argv, err)
+    assert not (fake_book / "figures").exists()
+
+
+def test_cli_seeds_and_status_show_agreement(fake_book, monkeypatch, capsys):
+    monkeypatch.chdir(fake_book)
+    assert main(["run", "seedy", "--seeds", "0", "1", "2", "--device", "cpu"]) == 0
+    assert main(["run", "crashy", "--seeds", "0", "1", "2", "--device", "cpu"]) == 1
+    capsys.readouterr()
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "paper claims reproduced: 1 of 1 (seed agreement: 0 of 1 unanimous)" in out
+    rows = status_rows(load_ledgers(fake_book / "figures"), load_seed_ledgers(fake_book / "figures"))
+    assert {(r["claim"], r["agreement"]) for r in rows} == {("even", "2/3"), ("one", "3/3")}
+
+
+def test_cli_bench_reports_cpu_against_budget_and_leaves_figures_alone(fake_book, monkeypatch, capsys):
+    monkeypatch.chdir(fake_book)
+    assert main(["bench", "ok", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "cpu/budget" in out and "load average" in out and "total:" in out
+    assert not (fake_book / "figures").exists()
+    assert main(["bench", "boom", "--device", "cpu"]) == 1

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from paper_suite.book import repo_root
-from paper_suite.site import (GENERATED_PAGES, NOT_RE, RE, _fake_ledger, add_provenance, assemble_source,
+from paper_suite.site import (GENERATED_PAGES, NOT_RE, RE, _fake_ledger, _fake_seeds, add_provenance, assemble_source,
                               claim_rows, md_cell, provenance_box, status_page, toc_entries, toc_problems)
 
 ROOT = repo_root()
@@ -131,10 +131,10 @@ def test_claim_rows_one_per_claim_with_verdict_device_and_wall_time():
 def test_status_page_lists_every_chapter_with_links():
     page = status_page(LEDGERS, CHAPTERS, scale="small")
     assert page.startswith("# Reproduction status\n")
-    assert "**3 of 4 claims reproduced** across 2 of 3 chapters" in page
-    assert "| [Alpha: a page](01_attribution/alpha.ipynb) | 2/2 | [Re] all |" in page
-    assert "| [Beta: a page](07_security/beta.ipynb) | 1/2 | [Re] 1 · [¬Re] 1 |" in page
-    assert "| [Gamma: never run](07_security/gamma.ipynb) | – | no ledger |" in page
+    assert "**Paper claims reproduced: 3 of 4** (no seed ledgers), across 2 of 3 chapters" in page
+    assert "| [Alpha: a page](01_attribution/alpha.ipynb) | 2/2 | 2/2 | [Re] all |" in page
+    assert "| [Beta: a page](07_security/beta.ipynb) | 1/2 | 1/2 | [Re] 1 · [¬Re] 1 |" in page
+    assert "| [Gamma: never run](07_security/gamma.ipynb) | – | – | no ledger |" in page
     assert "{ref}`how it was made <provenance-beta>`" in page and "1 min 15 s" in page
 
 
@@ -142,9 +142,9 @@ def test_status_page_claim_table_has_every_column():
     page = status_page(LEDGERS, CHAPTERS)
     header = next(line for line in page.splitlines() if line.startswith("| chapter | claim |"))
     assert [c.strip() for c in header.strip("|").split("|")] == [
-        "chapter", "claim", "verdict", "statement", "paper", "ours", "criterion", "scale", "device", "wall time"]
+        "chapter", "claim", "verdict", "seeds", "statement", "paper", "ours", "criterion", "scale", "device"]
     row = next(line for line in page.splitlines() if "claim 2 of beta" in line)
-    assert "| `c2` | **[¬Re]** [^1] | claim 2 of beta | 0.9 | 0.41 | measured > 0.8 | small | cpu | 1 min 15 s |" in row
+    assert "| `c2` | **[¬Re]** [^1] | – | claim 2 of beta | 0.9 | 0.41 | measured > 0.8 | small | cpu |" in row
     assert "[^1]: beta · c2: needs the full scale" in page
 
 
@@ -154,19 +154,47 @@ def test_status_page_environment_and_escaping():
     page = status_page({"pipe": led}, {"pipe": ("P", "01_a/pipe")})
     assert "a \\| b c" in page and md_cell("x|y") == "x\\|y"
     env = page[page.index("## Environment"):]
-    assert "| [pipe](01_a/pipe.ipynb) | 3.11.7 | 2.13.0+cpu | 2.4.6 | 0.0.1 | cpu | 1 | Linux |" in env
+    assert "| [pipe](01_a/pipe.ipynb) | 3.11.7 | 2.13.0+cpu | 2.4.6 | 0.0.1 | cpu | 1 | 0.5, 0.4, 0.3 | Linux |" in env
 
 
 def test_status_page_without_ledgers_still_lists_chapters():
     page = status_page({}, CHAPTERS)
-    assert "**0 of 0 claims reproduced** across 0 of 3 chapters" in page
-    assert page.count("| – | no ledger |") == 3 and "no chapter has written a ledger yet" in page
+    assert "**Paper claims reproduced: 0 of 0** (no seed ledgers), across 0 of 3 chapters" in page
+    assert page.count("| – | – | no ledger |") == 3 and "none yet" in page
 
 
 def test_status_page_marks_claims_not_as_expected():
     led = _fake_ledger("odd", [True])
     led["claims"][0]["expected"] = False
     assert "**[Re]** (not as expected)" in status_page({"odd": led}, {})
+
+
+def test_status_page_headline_counts_paper_claims_by_majority_over_seeds():
+    led = _fake_ledger("mix", [True, True, False, True], kinds=["paper", "paper", "extension", "check"])
+    seeds = {"mix": _fake_seeds(led, [3, 1, 0, 3])}           # c2 held on seed 0 only: majority not reproduced
+    page = status_page({"mix": led}, {"mix": ("Mix: kinds", "01_a/mix")}, seeds=seeds, budgets={"small": 60})
+    assert "**Paper claims reproduced: 1 of 2** (seed agreement: 1 of 2 unanimous)" in page
+    assert "0 of 1 extension claims and 1 of 1 checks held" in page
+    assert "| [Mix: kinds](01_a/mix.ipynb) | 1/2 | 2/4 | [Re] 2 · [¬Re] 2 | 3.0 s / 60 s |" in page
+    paper = page[page.index("## Paper claims"):page.index("## Extensions")]
+    assert "`c1`" in paper and "`c2`" in paper and "`c4`" not in paper
+    assert "`c4`" in page[page.index("## Checks"):]
+    assert "| `c2` | **[¬Re]** | 2/3 |" in paper
+
+
+def test_status_page_marks_revised_claims_and_lists_the_revision():
+    led = _fake_ledger("rev", [True])
+    led["claims"][0]["revised"] = "measured > 0.95 gave False; changed because the paper rounds to 0.9"
+    page = status_page({"rev": led}, {})
+    assert "| `c1` | **[Re]** † |" in page
+    revised = page[page.index("## Revised criteria"):]
+    assert "measured > 0.95 gave False; changed because the paper rounds to 0.9" in revised
+    assert "## Revised criteria" not in status_page({"a": _fake_ledger("a", [True])}, {})
+
+
+def test_status_page_flags_cpu_over_budget():
+    led = _fake_ledger("slow", [True], wall=90.5)
+    assert "1 min 30 s / 60 s **over**" in status_page({"slow": led}, {}, budgets={"small": 60})
 
 
 # -- provenance box ---------------------------------------------------------------------------------
