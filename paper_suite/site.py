@@ -11,21 +11,25 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import nbformat
 import yaml
 
-from .book import SCALES, atomic_write_bytes, check_choice, read_settings, repo_root
+from .book import SCALES, atomic_write_bytes, check_choice, png_bytes, read_settings, repo_root
 from .runner import discover, headline, status_rows
 
 # %% auto #0
-__all__ = ['GENERATED_PAGES', 'TOOLKIT', 'RE', 'NOT_RE', 'KIND_ORDER', 'MATHJAX_NPM', 'FAVICON_SVG', 'read_toc', 'TocEntry',
-           'toc_entries', 'toc_problems', 'md_cell', 'fmt_value', 'fmt_seconds', 'fmt_commit', 'claim_rows',
-           'status_page', 'provenance_box', 'add_provenance', 'tidy_streams', 'relink_figures', 'mathjax_dir',
-           'chapter_pages', 'assemble_source', 'BookBuildError', 'build_book']
+__all__ = ['GENERATED_PAGES', 'TOOLKIT', 'RE', 'NOT_RE', 'OUTSIDE_TOC', 'SHADES', 'KIND_MARKERS', 'KIND_ORDER', 'CHAPTER_HEADER',
+           'MATHJAX_NPM', 'FAVICON_SVG', 'STATUS_FIGURE', 'read_toc', 'TocEntry', 'toc_entries', 'toc_problems',
+           'md_cell', 'fmt_value', 'fmt_seconds', 'fmt_commit', 'claim_rows', 'StatusRow', 'claim_shade',
+           'folder_caption', 'short_label', 'status_grid', 'status_figure', 'status_page', 'provenance_box',
+           'add_provenance', 'tidy_streams', 'relink_figures', 'split_directives', 'strip_machinery', 'mathjax_dir',
+           'chapter_pages', 'chapter_parts', 'assemble_source', 'BookBuildError', 'build_book', 'HtmlPage', 'read_page',
+           'directive_lines', 'page_problems']
 
 # %% ../nbs/00_toolkit/07_site.ipynb #4d1d3543
 GENERATED_PAGES: tuple[str, ...] = ("status",)   # toc pages that build_book writes; not in nbs/
@@ -186,6 +190,112 @@ def _fake_seeds(led: Mapping, held: Iterable[int], runs: int = 3) -> dict:
                        "per_seed": {str(s): {"holds": s < h, "measured": 0.0, "as_expected": True} for s in range(runs)}})
     return {"slug": led["slug"], "scale": led["scale"], "seeds": list(range(runs)), "claims": claims}
 
+# %% ../nbs/00_toolkit/07_site.ipynb #c544ba92
+OUTSIDE_TOC = "Outside the table of contents"
+SHADES = {"reproduced": "#1b9e77", "not reproduced": "#d95f02", "check": "#8c8c8c"}   # verdict -> colour
+KIND_MARKERS = {"paper": "o", "extension": "D", "check": "s"}
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    """One chapter of the status figure: its part, slug, short label and one (kind, shade) per claim."""
+    part: str
+    slug: str
+    label: str
+    claims: tuple[tuple[str, str], ...] = ()
+    has_ledger: bool = True
+
+    @property
+    def paper(self) -> tuple[int, int]:
+        """(paper claims reproduced, paper claims)."""
+        pap = [s for k, s in self.claims if k == "paper"]
+        return sum(s == "reproduced" for s in pap), len(pap)
+
+
+def claim_shade(row: Mapping) -> str:
+    """The figure's verdict class of one status row: reproduced, not reproduced, or a check that held."""
+    if row["verdict"] != "reproduced":
+        return "not reproduced"
+    return "check" if row["kind"] == "check" else "reproduced"
+
+
+def folder_caption(page: str) -> str:
+    """A part's caption from a page's folder when the toc gives none: `05_dynamics/x` -> `Dynamics`."""
+    folder = page.split("/", 1)[0] if "/" in page else ""
+    return folder.split("_", 1)[-1].replace("_", " ").capitalize() if folder else OUTSIDE_TOC
+
+
+def short_label(title: str, slug: str, n: int = 40) -> str:
+    """A chapter's name for a figure row: its title up to the colon, clipped to `n` characters."""
+    name = (title or slug).split(":", 1)[0].strip() or slug
+    return name if len(name) <= n else name[: n - 1].rstrip() + "…"
+
+
+def status_grid(ledgers: Mapping[str, Mapping], chapters: Mapping[str, tuple[str, str]],
+                seeds: Mapping[str, Mapping] | None = None,
+                parts: Mapping[str, str] | None = None) -> list[StatusRow]:
+    """One row per chapter (toc order, grouped by part; ledgers outside the toc last), each claim's shade
+    by its majority verdict."""
+    rows = claim_rows(ledgers, seeds)
+    out: dict[str, list[StatusRow]] = {}
+    for slug, (title, page) in chapters.items():
+        part = (parts or {}).get(slug) or folder_caption(page)
+        shades = tuple((r["kind"], claim_shade(r)) for r in rows if r["chapter"] == slug)
+        out.setdefault(part, []).append(StatusRow(part, slug, short_label(title, slug), shades, slug in ledgers))
+    for slug in ledgers:
+        if slug not in chapters:
+            shades = tuple((r["kind"], claim_shade(r)) for r in rows if r["chapter"] == slug)
+            out.setdefault(OUTSIDE_TOC, []).append(StatusRow(OUTSIDE_TOC, slug, slug, shades))
+    return [r for part_rows in out.values() for r in part_rows]
+
+# %% ../nbs/00_toolkit/07_site.ipynb #728ac71f
+def status_figure(grid: list[StatusRow], width: float = 9.0):
+    """The status figure (a matplotlib Figure, no pyplot state): one labelled row per chapter under a bold
+    caption per part, one mark per claim, the paper claims reproduced on the right."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import blended_transform_factory
+
+    n_parts = len(dict.fromkeys(r.part for r in grid))
+    height = 0.9 + 0.24 * (len(grid) + 1.4 * n_parts)
+    fig = Figure(figsize=(width, height))
+    ax = fig.add_subplot()
+    by_axes = blended_transform_factory(ax.transAxes, ax.transData)
+    most = max([len(r.claims) for r in grid] + [4])
+    y, part, ticks = 0.0, None, []
+    for r in grid:
+        if r.part != part:                                   # the part's caption on a line of its own
+            y += 0.4 if part is not None else 0.0
+            ax.annotate(r.part, xy=(0, y), xycoords=by_axes, xytext=(-4, 0), textcoords="offset points",
+                        ha="right", va="center", fontsize=9, fontweight="bold")
+            part, y = r.part, y + 1
+        ticks.append(y)
+        ax.axhline(y, color="#eeeeee", lw=0.8, zorder=0)
+        for x, (kind, shade) in enumerate(r.claims):
+            colour = SHADES[shade]
+            ax.plot([x], [y], ls="", marker=KIND_MARKERS.get(kind, "o"), ms=7, mew=1.6, mec=colour,
+                    mfc="white" if shade == "not reproduced" else colour)
+        if not r.has_ledger:
+            ax.text(-0.3, y, "no ledger yet", va="center", fontsize=8, style="italic", color="#8c8c8c")
+        held, total = r.paper
+        ax.text(1.01, y, f"{held}/{total}" if total else "–", transform=by_axes, va="center", fontsize=8)
+        y += 1
+    ax.text(1.01, -0.2, "paper", transform=by_axes, va="center", fontsize=8, fontweight="bold")
+    ax.set_yticks(ticks, [r.label for r in grid], fontsize=8)
+    ax.set_ylim(y - 0.4, -0.9)
+    ax.set_xlim(-0.6, most - 0.4)
+    ax.tick_params(length=0)
+    ax.set_xticks([])
+    for s in ax.spines.values():
+        s.set_visible(False)
+    handles = [Line2D([], [], ls="", marker="o", ms=7, mew=1.6, mec=c, mfc="white" if s == "not reproduced" else c,
+                      label=s if s != "check" else "check held") for s, c in SHADES.items()]
+    handles += [Line2D([], [], ls="", marker=m, ms=6, mec="#333333", mfc="white", label=k)
+                for k, m in KIND_MARKERS.items()]
+    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=6, frameon=False, fontsize=8,
+              handletextpad=0.3, columnspacing=1.2)
+    return fig
+
 # %% ../nbs/00_toolkit/07_site.ipynb #3df22946
 def _chapter_link(slug: str, chapters: Mapping[str, tuple[str, str]], short: bool = False) -> str:
     """A link to the chapter's page, by title (or by slug where `short`); plain text if not in the toc."""
@@ -219,13 +329,27 @@ def _budget_cell(prov: Mapping, budget: float | None) -> str:
     return f"{fmt_seconds(cpu)} / {budget:.0f} s{flag}"
 
 
+def _part_summary(slugs: list[str], rows: list[dict], ledgers: Mapping) -> str:
+    """'3 chapters (2 with a ledger): 4 of 6 paper claims reproduced, 11 of 14 claims in all.'"""
+    mine = [r for r in rows if r["chapter"] in slugs]
+    pap = [r for r in mine if r["kind"] == "paper"]
+    ran = sum(s in ledgers for s in slugs)
+    n = f"{len(slugs)} chapter{'s' * (len(slugs) != 1)}" + (f" ({ran} with a ledger)" if ran < len(slugs) else "")
+    return (f"{n}: {sum(r['verdict'] == 'reproduced' for r in pap)} of {len(pap)} paper claims reproduced, "
+            f"{sum(r['verdict'] == 'reproduced' for r in mine)} of {len(mine)} claims in all.")
+
+
 KIND_ORDER = {"paper": 0, "extension": 1, "check": 2}
+CHAPTER_HEADER = ("| chapter | paper claims | all claims | verdicts | CPU time / budget | scale | device | wall time "
+                  "| commit | run details |\n|---|---|---|---|---|---|---|---|---|---|")
 
 
 def status_page(ledgers: Mapping[str, Mapping], chapters: Mapping[str, tuple[str, str]],
                 scale: str | None = None, seeds: Mapping[str, Mapping] | None = None,
-                budgets: Mapping[str, float] | None = None) -> str:
-    """The reproduction status page (MyST Markdown) from the ledgers and seed ledgers, listing every chapter."""
+                budgets: Mapping[str, float] | None = None, parts: Mapping[str, str] | None = None,
+                figure: str | None = None) -> str:
+    """The reproduction status page (MyST Markdown) from the ledgers and seed ledgers, listing every chapter,
+    part by part; `figure` is the status figure's path relative to the page."""
     seeds = seeds or {}
     rows = claim_rows(ledgers, seeds)
     h = headline(rows)
@@ -237,39 +361,52 @@ def status_page(ledgers: Mapping[str, Mapping], chapters: Mapping[str, tuple[str
            f"**Paper claims reproduced: {p['reproduced']} of {p['total']}**{seeds_text}, across "
            f"{sum(s in ledgers for s in slugs)} of {len(slugs)} chapters. Alongside them: "
            f"{h['extension']['reproduced']} of {h['extension']['total']} extension claims and "
-           f"{h['check']['reproduced']} of {h['check']['total']} checks held.", "",
-           f"How to read it. {RE} marks a claim that held under the criterion its chapter fixed before the run, "
-           f"{NOT_RE} one that did not. Each claim has a *kind*: **paper**, a claim the paper makes (only these "
-           "count in the headline); **extension**, a claim the chapter adds (a baseline or regime the paper did "
-           "not name); **check**, a claim that holds by construction or checks the implementation. The verdict "
-           "is the majority over the chapter's seed runs (`figures/<slug>/seeds.json`; a tie counts as not "
-           "reproduced) and *seeds* says how many agree with it, e.g. 3/3; where a chapter has no seed ledger "
-           "the verdict is that of its single run. † marks a criterion revised after a run was seen; the "
-           "revisions are listed, with what the earlier criterion gave, at the end of the claims. Numbers come "
-           "from each chapter's ledger (`figures/<slug>/claims.json`, seed 0), written by its last complete "
-           "run; rerun a chapter with `paper-suite run <slug> --seeds 0 1 2`.", ""]
+           f"{h['check']['reproduced']} of {h['check']['total']} checks held.", ""]
+    if figure:
+        out += [f"```{{figure}} {figure}", ":name: status-figure",
+                ":alt: One row per chapter, grouped by part, with one mark per claim coloured by its verdict", "",
+                "Every claim of the book. One row per chapter, grouped by part; one mark per claim, in the order "
+                "of its ledger: filled green, reproduced; hollow orange, not reproduced; filled grey, a check "
+                "that held. Circles are paper claims, diamonds extensions, squares checks. On the right, the "
+                "paper claims each chapter reproduced (majority over seeds, as in the tables below).", "```", ""]
+    out += [f"How to read it. {RE} marks a claim that held under the criterion its chapter fixed before the run, "
+            f"{NOT_RE} one that did not. Each claim has a *kind*: **paper**, a claim the paper makes (only these "
+            "count in the headline); **extension**, a claim the chapter adds (a baseline or regime the paper did "
+            "not name); **check**, a claim that holds by construction or checks the implementation. The verdict "
+            "is the majority over the chapter's seed runs (`figures/<slug>/seeds.json`; a tie counts as not "
+            "reproduced) and *seeds* says how many agree with it, e.g. 3/3; where a chapter has no seed ledger "
+            "the verdict is that of its single run. † marks a criterion revised after a run was seen; the "
+            "revisions are listed, with what the earlier criterion gave, at the end of the claims. Numbers come "
+            "from each chapter's ledger (`figures/<slug>/claims.json`, seed 0), written by its last complete "
+            "run; rerun a chapter with `paper-suite run <slug> --seeds 0 1 2`.", ""]
     if scale:
         out += [f"The pages of this book were executed at scale `{scale}`.", ""]
 
-    out += ["## Chapters", "",
-            "| chapter | paper claims | all claims | verdicts | CPU time / budget | scale | device | wall time "
-            "| commit | run details |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    out += ["## Chapters", "", "The chapters part by part, each with its claims counted.", ""]
+    by_part: dict[str, list[str]] = {}
     for slug in slugs:
-        link = _chapter_link(slug, chapters)
-        if slug not in ledgers:
-            out.append(f"| {link} | – | – | no ledger | | | | | | |")
-            continue
-        led = ledgers[slug]
-        prov = led.get("provenance", {})
-        mine = [r for r in rows if r["chapter"] == slug]
-        pap = [r for r in mine if r["kind"] == "paper"]
-        details = f"{{ref}}`how it was made <provenance-{slug}>`" if slug in chapters else ""
-        budget = (budgets or {}).get(led.get("scale", ""))
-        out.append(f"| {link} | {sum(r['verdict'] == 'reproduced' for r in pap)}/{len(pap)} | "
-                   f"{sum(r['verdict'] == 'reproduced' for r in mine)}/{len(mine)} | {_verdict_summary(mine)} | "
-                   f"{_budget_cell(prov, budget)} | {md_cell(led.get('scale', ''))} | {md_cell(led.get('device', ''))} | "
-                   f"{fmt_seconds(prov.get('wall_time_s'))} | `{fmt_commit(prov)}` | {details} |")
+        part = (parts or {}).get(slug) or (folder_caption(chapters[slug][1]) if slug in chapters else OUTSIDE_TOC)
+        by_part.setdefault(part, []).append(slug)
+    for part, these in by_part.items():
+        out += [f"### {part}", "", _part_summary(these, rows, ledgers), "", CHAPTER_HEADER]
+        for slug in these:
+            link = _chapter_link(slug, chapters)
+            if slug not in ledgers:
+                out.append(f"| {link} | – | – | no ledger | | | | | | |")
+                continue
+            led = ledgers[slug]
+            prov = led.get("provenance", {})
+            mine = [r for r in rows if r["chapter"] == slug]
+            pap = [r for r in mine if r["kind"] == "paper"]
+            details = f"{{ref}}`how it was made <provenance-{slug}>`" if slug in chapters else ""
+            budget = (budgets or {}).get(led.get("scale", ""))
+            out.append(f"| {link} | {sum(r['verdict'] == 'reproduced' for r in pap)}/{len(pap)} | "
+                       f"{sum(r['verdict'] == 'reproduced' for r in mine)}/{len(mine)} | {_verdict_summary(mine)} | "
+                       f"{_budget_cell(prov, budget)} | {md_cell(led.get('scale', ''))} | "
+                       f"{md_cell(led.get('device', ''))} | {fmt_seconds(prov.get('wall_time_s'))} | "
+                       f"`{fmt_commit(prov)}` | {details} |")
+        out.append("")
+    out.pop()
 
     notes, revisions = [], []
     ordered = sorted(rows, key=lambda r: KIND_ORDER.get(r["kind"], 3))    # stable: book order within a kind
@@ -327,13 +464,24 @@ def status_page(ledgers: Mapping[str, Mapping], chapters: Mapping[str, tuple[str
     return "\n".join(out) + "\n"
 
 # %% ../nbs/00_toolkit/07_site.ipynb #ffc6abe6
-def provenance_box(slug: str, ledger: Mapping | None, page_scale: str | None = None) -> str:
-    """MyST Markdown for the chapter's provenance box, from its ledger (`claims.json`)."""
+def _reuse_lines(slug: str, scale: str, seed: Any, module: str | None) -> list[str]:
+    lines = [f"- **Rerun**: `paper-suite run {slug} --scale {scale} --seed {seed}` (this run); "
+             f"`paper-suite run {slug} --scale {scale} --seeds 0 1 2` (the verdicts over seeds)"]
+    if module:
+        lines.append(f"- **Library**: `import {module}`")
+    return lines
+
+
+def provenance_box(slug: str, ledger: Mapping | None, page_scale: str | None = None, module: str | None = None,
+                   page_params: Mapping[str, Any] | None = None) -> str:
+    """MyST Markdown for the chapter's provenance box, from its ledger (`claims.json`), with the commands that
+    rerun it, the module it exports and the parameters its page was executed with."""
     head = f"(provenance-{slug})=\n"
     if ledger is None:
         return (head + ":::{admonition} How this was made\n:class: warning\n"
                 f"No claims ledger for `{slug}`: the chapter has not completed a run, so its claims are "
-                f"not on the {{doc}}`status page </status>`. Run it with `paper-suite run {slug}`.\n:::\n")
+                f"not on the {{doc}}`status page </status>`.\n\n"
+                + "\n".join(_reuse_lines(slug, page_scale or "small", 0, module)) + "\n:::\n")
     prov = ledger.get("provenance", {})
     pk = prov.get("packages", {})
     params = {**ledger.get("params", {})}
@@ -342,24 +490,38 @@ def provenance_box(slug: str, ledger: Mapping | None, page_scale: str | None = N
     claims = ledger.get("claims", [])
     held = sum(c["holds"] for c in claims)
     scale, seed = ledger.get("scale", "?"), ledger.get("seed", "?")
-    lines = [
-        f"- **Run**: scale `{scale}`, device `{ledger.get('device', '?')}`, seed `{seed}`, "
-        f"{prov.get('threads', '?')} thread(s), {fmt_seconds(prov.get('wall_time_s')) or '?'} of wall time",
-        f"- **Code**: commit `{fmt_commit(prov)}`; {soft}",
-        f"- **Settings**: {knobs or 'the defaults'}",
-        f"- **Claims**: {held} of {len(claims)} reproduced; see the {{doc}}`reproduction status </status>`",
-        f"- **Rerun**: `paper-suite run {slug} --scale {scale} --seed {seed}`",
-    ]
+    lines = [*_reuse_lines(slug, scale, seed, module),
+             f"- **Claims**: {held} of {len(claims)} reproduced; see the {{doc}}`reproduction status </status>`",
+             f"- **Run**: scale `{scale}`, device `{ledger.get('device', '?')}`, seed `{seed}`, "
+             f"{prov.get('threads', '?')} thread(s), {fmt_seconds(prov.get('wall_time_s')) or '?'} of wall time"]
+    if page_params:
+        first = {k: page_params[k] for k in ("scale", "device", "seed") if k in page_params}
+        lines.append("- **This page**: executed with "
+                     + ", ".join(f"`{k}={v!r}`" for k, v in {**first, **page_params}.items())
+                     + " (the parameters cell shows the notebook's defaults)")
+    lines += [f"- **Code**: commit `{fmt_commit(prov)}`; {soft}", f"- **Settings**: {knobs or 'the defaults'}"]
     if page_scale and page_scale != scale:
         lines.append(f"- **Note**: this page was executed at scale `{page_scale}`; the ledger is from `{scale}`")
     return head + ":::{admonition} How this was made\n:class: tip\n" + "\n".join(lines) + "\n:::\n"
 
 
 def add_provenance(nb: nbformat.NotebookNode, box: str) -> nbformat.NotebookNode:
-    """Insert `box` as a Markdown cell right after the cell holding the title (or first)."""
-    at = next((i + 1 for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
-               and any(line.startswith("# ") for line in c.source.splitlines())), 0)
-    nb.cells.insert(at, nbformat.v4.new_markdown_cell(box))
+    """Insert `box` as a Markdown cell right under the title: the title's cell is split after its `# ` line, the
+    rest of that cell following the box (with no title, the box goes first)."""
+    for i, c in enumerate(nb.cells):
+        lines = c.source.split("\n") if c.cell_type == "markdown" else []
+        at = next((j for j, line in enumerate(lines) if line.startswith("# ")), None)
+        if at is None:
+            continue
+        c.source, rest = "\n".join(lines[: at + 1]), "\n".join(lines[at + 1:]).strip("\n")
+        cells = [nbformat.v4.new_markdown_cell(box)]
+        if rest.strip():
+            cells.append(nbformat.v4.new_markdown_cell(rest))
+            if c.get("attachments"):
+                cells[-1]["attachments"] = c.attachments
+        nb.cells[i + 1:i + 1] = cells
+        return nb
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell(box))
     return nb
 
 # %% ../nbs/00_toolkit/07_site.ipynb #c1a76e8c
@@ -416,6 +578,37 @@ def relink_figures(text: str, page: str, root: Path, figures: Path, src: Path) -
 
     return _LINK_RE.sub(fix, text)
 
+# %% ../nbs/00_toolkit/07_site.ipynb #6d426a5c
+_DIRECTIVE_RE = re.compile(r"^\s*#\s*\|\s*(.*)$")
+
+
+def split_directives(source: str) -> tuple[list[str], str]:
+    """A code cell's leading nbdev directives (without their `#|`) and the code under them."""
+    lines = source.split("\n")
+    n = 0
+    while n < len(lines) and _DIRECTIVE_RE.match(lines[n]):
+        n += 1
+    return [_DIRECTIVE_RE.match(ln).group(1).strip() for ln in lines[:n]], "\n".join(lines[n:]).lstrip("\n")
+
+
+def strip_machinery(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Drop what only the tools read: leading directive lines, cells left empty by that or marked `hide`,
+    and papermill's injected-parameters cell (see above)."""
+    kept = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+                continue
+            directives, code = split_directives(cell.source)
+            if any(d.split()[:1] == ["hide"] for d in directives):
+                continue
+            cell.source = code
+            if not code.strip() and not cell.get("outputs"):
+                continue
+        kept.append(cell)
+    nb.cells = kept
+    return nb
+
 # %% ../nbs/00_toolkit/07_site.ipynb #1db28a81
 MATHJAX_NPM = "mathjax@3.2.2"
 
@@ -445,12 +638,24 @@ def mathjax_dir(root: str | os.PathLike | None = None) -> Path:
 FAVICON_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="6" '
                'fill="#1f5f8b"/><text x="16" y="22" font-family="Georgia,serif" font-size="15" text-anchor="middle" '
                'fill="#fff">Re</text></svg>\n')
+STATUS_FIGURE = "status.png"      # beside status.md in the assembled source
 
 
 def chapter_pages(root: Path) -> dict[str, tuple[str, str]]:
     """Each chapter in the toc: slug -> (title, toc page), in reading order."""
     chs = {f"{c.part}/{c.slug}": c for c in discover(root).values()}
     return {chs[e.file].slug: (chs[e.file].title, e.file) for e in toc_entries(read_toc(root)) if e.file in chs}
+
+
+def chapter_parts(root: Path) -> dict[str, str]:
+    """Each chapter in the toc: slug -> the caption of its part in the toc."""
+    by_file = {e.file: e.part for e in toc_entries(read_toc(root))}
+    return {slug: by_file[page] for slug, (_, page) in chapter_pages(root).items() if by_file.get(page)}
+
+
+def _stripped_copy(path: Path, dest: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nbformat.write(strip_machinery(nb), dest)
 
 
 def assemble_source(root: str | os.PathLike, scale: str, executed: str | os.PathLike,
@@ -463,6 +668,7 @@ def assemble_source(root: str | os.PathLike, scale: str, executed: str | os.Path
         shutil.rmtree(src)
     src.mkdir(parents=True)
     chapters = chapter_pages(root)
+    infos = discover(root)
     by_page = {page: slug for slug, (_, page) in chapters.items()}
     ledgers = load_ledgers(figures) if figures.is_dir() else {}
     seed_ledgers = load_seed_ledgers(figures) if figures.is_dir() else {}
@@ -479,20 +685,25 @@ def assemble_source(root: str | os.PathLike, scale: str, executed: str | os.Path
         if e.file in by_page:
             slug = by_page[e.file]
             nb = nbformat.read(executed / scale / f"{e.file}.ipynb", as_version=4)
-            page_scale = nb.metadata.get("papermill", {}).get("parameters", {}).get("scale", scale)
+            injected = nb.metadata.get("papermill", {}).get("parameters", {})
+            page_scale = injected.get("scale", scale)
             tidy_streams(nb)
+            strip_machinery(nb)
             for c in nb.cells:
                 if c.cell_type == "markdown":
                     c.source = relink_figures(c.source, e.file, root, figures, src)
-            add_provenance(nb, provenance_box(slug, ledgers.get(slug), page_scale))
+            add_provenance(nb, provenance_box(slug, ledgers.get(slug), page_scale, infos[slug].module, injected))
             nbformat.write(nb, dest.with_suffix(".ipynb"))
         elif (nbs / f"{e.file}.ipynb").is_file():
-            shutil.copy2(nbs / f"{e.file}.ipynb", dest.with_suffix(".ipynb"))
+            _stripped_copy(nbs / f"{e.file}.ipynb", dest.with_suffix(".ipynb"))
         else:
             text = (nbs / f"{e.file}.md").read_text()
             dest.with_suffix(".md").write_text(relink_figures(text, e.file, root, figures, src))
     budgets = {s: read_settings(root).getfloat("budget", s) for s in SCALES}
-    (src / "status.md").write_text(status_page(ledgers, chapters, scale, seed_ledgers, budgets))
+    parts = chapter_parts(root)
+    grid = status_grid(ledgers, chapters, seed_ledgers, parts)
+    atomic_write_bytes(src / STATUS_FIGURE, png_bytes(status_figure(grid)))
+    (src / "status.md").write_text(status_page(ledgers, chapters, scale, seed_ledgers, budgets, parts, STATUS_FIGURE))
     extra = src / "_extra"
     shutil.copytree(mathjax_dir(root), extra / "mathjax")
     (extra / "favicon.svg").write_text(FAVICON_SVG)
@@ -518,10 +729,11 @@ def _swap_dir(new: Path, target: Path) -> None:
 
 
 def build_book(scale: str = "small", executed: str | os.PathLike | None = None,
-               figures: str | os.PathLike | None = None, out: str | os.PathLike | None = None) -> Path:
+               figures: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
+               root: str | os.PathLike | None = None) -> Path:
     """Assemble the book from the executed chapters and build its HTML with jupyter-book; returns `out`."""
     check_choice("scale", scale, SCALES)
-    root = repo_root()
+    root = Path(root).resolve() if root else repo_root()
     cfg = read_settings(root)["run"]
     executed = Path(executed or root / cfg["executed"]).resolve()
     figures = Path(figures or root / cfg["figures"]).resolve()
@@ -544,4 +756,118 @@ def build_book(scale: str = "small", executed: str | os.PathLike | None = None,
                              + "\n".join(bad[:30] or log.splitlines()[-30:]))
     out.parent.mkdir(parents=True, exist_ok=True)
     _swap_dir(html, out)
+    return out
+
+# %% ../nbs/00_toolkit/07_site.ipynb #60fbe8e0
+@dataclass
+class HtmlPage:
+    """What one built page holds: its article's text and code blocks, its cells' tags, what it refers to."""
+    text: str = ""
+    code: list[str] = field(default_factory=list)
+    cell_tags: list[list[str]] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
+    scripts: list[str] = field(default_factory=list)
+    stylesheets: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+    math: int = 0                 # elements of the article holding math for MathJax to typeset
+
+
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+class _PageParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.page, self.stack, self.text, self.pre = HtmlPage(), [], [], None
+        self.article_depth = None
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        a = dict(attrs)
+        classes = (a.get("class") or "").split()
+        if tag == "img" and a.get("src"):
+            self.page.images.append(a["src"])
+        elif tag == "script" and a.get("src"):
+            self.page.scripts.append(a["src"])
+        elif tag == "link" and "stylesheet" in (a.get("rel") or "") and a.get("href"):
+            self.page.stylesheets.append(a["href"])
+        if tag in _VOID:
+            return
+        self.stack.append(tag)
+        if self.article_depth is None and tag == "article":
+            self.article_depth = len(self.stack)
+        if self.article_depth is None:
+            return
+        if tag == "a" and a.get("href"):
+            self.page.links.append(a["href"])
+        if "math" in classes:
+            self.page.math += 1
+        if tag == "div" and "cell" in classes:
+            self.page.cell_tags.append([c[4:] for c in classes if c.startswith("tag_")])
+        if tag == "pre" and self.pre is None:
+            self.pre = [len(self.stack), []]
+        if tag in ("p", "div", "li", "tr", "br", "h1", "h2", "h3", "pre"):
+            self.text.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _VOID or tag not in self.stack:
+            return
+        while self.stack and self.stack.pop() != tag:
+            pass
+        if self.pre is not None and len(self.stack) < self.pre[0]:
+            self.page.code.append("".join(self.pre[1]))
+            self.pre = None
+        if self.article_depth is not None and len(self.stack) < self.article_depth:
+            self.article_depth = -1                      # the article is over; ignore the rest
+
+    def handle_data(self, data: str) -> None:
+        if self.article_depth is None or self.article_depth < 0:
+            return
+        if self.pre is not None:
+            self.pre[1].append(data)
+        self.text.append(data)
+
+
+def read_page(path: str | os.PathLike) -> HtmlPage:
+    """Parse one built HTML page (see above)."""
+    p = _PageParser()
+    p.feed(Path(path).read_text(encoding="utf-8"))
+    p.close()
+    p.page.text = re.sub(r"[ \t\r\f\v]+", " ", "".join(p.text))
+    p.page.text = re.sub(r" *\n[ \n]*", "\n", p.page.text).strip()
+    return p.page
+
+
+def directive_lines(page: HtmlPage) -> list[str]:
+    """Lines of the page's code blocks that are nbdev directives (`#| ...` opening a line)."""
+    return [ln for block in page.code for ln in block.splitlines() if _DIRECTIVE_RE.match(ln)]
+
+# %% ../nbs/00_toolkit/07_site.ipynb #5a44ab38
+def _local_file(page_path: Path, ref: str) -> Path:
+    return (page_path.parent / ref.split("#", 1)[0].split("?", 1)[0]).resolve()
+
+
+def page_problems(html: str | os.PathLike, page: str, slug: str | None = None,
+                  module: str | None = None) -> list[str]:
+    """What a reader should not meet on the built page `page` (its toc path) under `html` (see above)."""
+    path = Path(html) / f"{page}.html"
+    if not path.is_file():
+        return [f"{page}: not built"]
+    pg = read_page(path)
+    out = [f"{page}: nbdev directive shown: {ln.strip()!r}" for ln in directive_lines(pg)]
+    if any("injected-parameters" in tags for tags in pg.cell_tags) or any(
+            b.lstrip().startswith("# Parameters") for b in pg.code):
+        out.append(f"{page}: papermill's injected-parameters cell shown")
+    if sum("parameters" in tags for tags in pg.cell_tags) > 1:
+        out.append(f"{page}: more than one parameters cell")
+    for ref in pg.scripts + pg.stylesheets + pg.images:
+        if "://" in ref or ref.startswith("//"):
+            out.append(f"{page}: fetched from outside the site: {ref}")
+        elif not ref.startswith("data:") and not _local_file(path, ref).is_file():
+            out.append(f"{page}: {ref} is not in the built site")
+    if pg.math and not any("tex-chtml" in s and "://" not in s for s in pg.scripts):
+        out.append(f"{page}: has math, but MathJax is not served by the site")
+    if slug:
+        for text in ("How this was made", f"paper-suite run {slug} ", f"import {module}" if module else ""):
+            if text and text not in pg.text:
+                out.append(f"{page}: the header does not say {text.strip()!r}")
     return out

@@ -1,12 +1,20 @@
-"""The built book in a real browser: headless Chromium, driven over the Chrome DevTools protocol.
+"""The built book, checked twice: as HTML files read with Python, and in a real browser.
 
 The book is built from the notebooks the chapter execution tests already produced
 (`_build/test/executed/small/` and `_build/test/figures/`), so `make test` executes no chapter twice;
-a chapter missing there (or older than its notebook) is executed first. The HTML is served on
-localhost and every page of the toc is opened: it must load with no console error, fetch nothing from
-outside localhost, show every image, have its math typeset by the MathJax the site serves itself, and
-leave no raw `$$` or Markdown table markup in its text. The status page must list every chapter.
-Screenshots of the status page and of one chapter are saved in the test's temporary folder.
+a chapter missing there (or older than its notebook) is executed first.
+
+Build checks (no browser; they always run under `-m book`): jupyter-book builds every page of the toc
+with no warning; no page shows an nbdev directive, papermill's injected-parameters cell or a second
+parameters cell, loads anything from outside the site or refers to a file the site lacks; every page
+with math loads the MathJax the site serves itself; each chapter's header gives its rerun command and
+module; the status page opens with its figure (one row per chapter) and lists every chapter and
+every ledger.
+
+Browser checks (headless Chromium, driven over the Chrome DevTools protocol; skipped with one line
+when there is none, failing when CI is set): every page loads with no console error, fetches nothing
+from outside localhost, shows every image, has its math typeset, and leaves no raw `$$` or Markdown
+table markup in its text. Screenshots of the status page and of one chapter go to `_build/screens/`.
 """
 from __future__ import annotations
 
@@ -24,9 +32,10 @@ from pathlib import Path
 
 import pytest
 
-from paper_suite.book import repo_root
-from paper_suite.runner import discover, run_chapter
-from paper_suite.site import build_book, chapter_pages, read_toc, toc_entries
+from paper_suite.book import png_bytes, repo_root
+from paper_suite.runner import discover, load_ledgers, load_seed_ledgers, run_chapter
+from paper_suite.site import (STATUS_FIGURE, build_book, chapter_pages, chapter_parts, page_problems, read_page,
+                              read_toc, status_figure, status_grid, toc_entries)
 
 pytestmark = [pytest.mark.book, pytest.mark.xdist_group("book")]
 
@@ -34,7 +43,9 @@ ROOT = repo_root()
 SCALE = "small"
 EXECUTED = ROOT / "_build" / "test" / "executed"
 FIGURES = ROOT / "_build" / "test" / "figures"
+SCREENS = ROOT / "_build" / "screens"
 PAGES = [e.file for e in toc_entries(read_toc(ROOT))]
+CHAPTERS = {f"{c.part}/{c.slug}": c for c in discover(ROOT).values()}        # toc page -> ChapterInfo
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--no-first-run", "--disable-sync",
                   "--disable-default-apps", "--disable-extensions", "--window-size=1280,1000"]
@@ -196,18 +207,18 @@ def chromium() -> str:
     if exe is None:
         if os.environ.get("CI"):
             pytest.fail("no Chromium found and CI is set: install Debian's `chromium` (apt-get install -y chromium)")
-        pytest.skip("no Chromium found (apt-get install -y chromium, or set $CHROMIUM); the browser test is skipped")
+        pytest.skip("no Chromium found (apt-get install -y chromium, or set $CHROMIUM); the browser checks are skipped, the build checks still run")
     try:
         import websocket  # noqa: F401
     except ImportError:
         if os.environ.get("CI"):
             raise
-        pytest.skip("websocket-client is not installed; the browser test is skipped")
+        pytest.skip("websocket-client is not installed; the browser checks are skipped, the build checks still run")
     return exe
 
 
 @pytest.fixture(scope="session")
-def book(chromium, tmp_path_factory) -> Path:
+def book(tmp_path_factory) -> Path:
     """The book built from the chapter tests' executed notebooks (executing any that are missing)."""
     for info in discover(ROOT).values():
         if _needs_run(info):
@@ -243,13 +254,76 @@ def visits(site, browser) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="session")
-def shots(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("screenshots")
+def shots() -> Path:
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    return SCREENS
 
 
-# -- tests ------------------------------------------------------------------------------------------
+# -- build checks: the HTML files, read with Python ---------------------------------------------------
+def test_build_has_no_warning(book):
+    log = (book.parent / f"book-{SCALE}" / "build.log").read_text()
+    assert "WARNING" not in log and "ERROR" not in log, log[-2000:]
+
+
 @pytest.mark.parametrize("page", PAGES)
-def test_page_renders(page, visits, site):
+def test_page_is_built_clean(page, book):
+    info = CHAPTERS.get(page)
+    assert page_problems(book, page, info and info.slug, info and info.module) == []
+
+
+def test_chapter_header_gives_rerun_and_module(book):
+    for page, info in CHAPTERS.items():
+        text = read_page(book / f"{page}.html").text
+        head = text[text.index("How this was made"):][:4000]          # the box, and what follows it
+        for needed in (f"paper-suite run {info.slug} --scale {SCALE} --seeds 0 1 2", f"import {info.module}",
+                       "scale", "device", "seed"):
+            assert needed in head, f"{page}: the header does not give {needed!r}"
+
+
+def test_math_is_served_by_the_site_itself(book):
+    with_math = {p: read_page(book / f"{p}.html") for p in PAGES}
+    with_math = {p: pg for p, pg in with_math.items() if pg.math}
+    assert with_math, "no page of the book has math"
+    assert (book / "mathjax" / "tex-chtml.js").is_file()
+    for p, pg in with_math.items():
+        assert [s for s in pg.scripts if "tex-chtml" in s and "://" not in s], f"{p}: no local MathJax"
+
+
+def test_status_page_opens_with_its_figure_and_lists_every_chapter_and_ledger(book):
+    status = read_page(book / "status.html")
+    chapters = chapter_pages(ROOT)
+    assert chapters, "the toc names no chapter"
+    for slug, (title, page) in chapters.items():
+        assert title in status.text, f"status page does not list {slug} ({title})"
+        assert any(h.split("#")[0].endswith(f"{page}.html") for h in status.links), f"no link to {page}"
+    for slug in load_ledgers(FIGURES):
+        title = chapters.get(slug, ("", ""))[0]
+        assert (title or slug) in status.text, f"the ledger of {slug} is not on the status page"
+    assert "claims reproduced" in status.text and "Environment" in status.text
+    figure = [src for src in status.images if Path(src).name == STATUS_FIGURE]
+    assert figure, "the status page has no figure"
+    assert (book / figure[0]).read_bytes()[:4] == b"\x89PNG"
+    assert status.text.index("claims reproduced") < status.text.index("Every claim of the book") \
+        < status.text.index("Chapters")
+    for part in dict.fromkeys(chapter_parts(ROOT).values()):
+        assert part in status.text, f"the status page has no section for {part}"
+
+
+def test_status_figure_has_one_row_per_chapter(book):
+    shown = [src for src in read_page(book / "status.html").images if Path(src).name == STATUS_FIGURE]
+    chapters = chapter_pages(ROOT)
+    ledgers = load_ledgers(FIGURES)
+    grid = status_grid(ledgers, chapters, load_seed_ledgers(FIGURES), chapter_parts(ROOT))
+    assert [r.slug for r in grid][:len(chapters)] == list(chapters)
+    assert len(grid) == len(chapters) + len(set(ledgers) - set(chapters))
+    fig = status_figure(grid)
+    assert len(fig.axes[0].get_yticks()) == len(grid)
+    assert shown and png_bytes(fig) == (book / shown[0]).read_bytes()      # the very figure the page shows
+
+
+# -- browser checks ---------------------------------------------------------------------------------
+# One test function, parametrized over the checks, so that without Chromium the summary says why in one line.
+def page_renders(page: str, visits: dict, site: str) -> None:
     r = visits[page]
     assert r["errors"] == [], f"{page}: console errors: {r['errors']}"
     outside = [u for u in r["requests"] if not u.startswith((site, "data:", "blob:"))]
@@ -261,7 +335,7 @@ def test_page_renders(page, visits, site):
     assert r["raw_tables"] == 0, f"{page}: Markdown table markup left as text"
 
 
-def test_math_is_served_by_the_site(visits, site):
+def math_is_typeset_by_the_site(visits: dict, site: str) -> None:
     typeset = {p: r["mjx"] for p, r in visits.items() if r["mjx"]}
     assert typeset, "no page of the book has typeset math"
     for p, r in visits.items():
@@ -269,24 +343,35 @@ def test_math_is_served_by_the_site(visits, site):
             assert src.startswith(site + "mathjax/"), f"{p}: MathJax loaded from {src}"
 
 
-def test_status_page_lists_every_chapter(visits, browser, site, shots):
+def status_page_shows(visits: dict, browser: Browser, site: str, shots: Path) -> None:
     r = visits["status"]
-    chapters = chapter_pages(ROOT)
-    assert chapters, "the toc names no chapter"
-    for slug, (title, page) in chapters.items():
+    for slug, (title, page) in chapter_pages(ROOT).items():
         assert title in r["text"], f"status page does not list {slug} ({title})"
         assert any(h.split("#")[0].endswith(f"{page}.html") for h in r["links"]), f"no link to {page}"
-    assert "claims reproduced" in r["text"] and "Environment" in r["text"]
+    assert "claims reproduced" in r["text"] and "Environment" in r["text"] and r["images"] >= 1
     browser.visit(site + "status.html")
-    shot = browser.screenshot(shots / "status.png")
-    assert shot.read_bytes()[:4] == b"\x89PNG"
+    assert browser.screenshot(shots / "status.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_chapter_pages_carry_provenance(visits, browser, site, shots):
+def chapter_pages_show_provenance(visits: dict, browser: Browser, site: str, shots: Path) -> None:
     chapters = chapter_pages(ROOT)
     for slug, (_, page) in chapters.items():
         assert visits[page]["provenance"], f"{page}: no 'How this was made' box"
     first = next(iter(chapters.values()))[1]
     browser.visit(site + first + ".html")
-    shot = browser.screenshot(shots / f"{Path(first).name}.png")
-    assert shot.read_bytes()[:4] == b"\x89PNG"
+    assert browser.screenshot(shots / f"{Path(first).name}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+BROWSER_CHECKS = [("renders", page) for page in PAGES] + [("math", ""), ("status", ""), ("provenance", "")]
+
+
+@pytest.mark.parametrize("check, page", BROWSER_CHECKS, ids=[f"{c}:{p}" if p else c for c, p in BROWSER_CHECKS])
+def test_in_the_browser(check, page, visits, browser, site, shots):
+    if check == "renders":
+        page_renders(page, visits, site)
+    elif check == "math":
+        math_is_typeset_by_the_site(visits, site)
+    elif check == "status":
+        status_page_shows(visits, browser, site, shots)
+    else:
+        chapter_pages_show_provenance(visits, browser, site, shots)

@@ -16,7 +16,8 @@ from ..kernels import KernelRidge, as_tensor, sq_dists
 # %% auto #0
 __all__ = ['ZOO_FAMILIES', 'LAMS', 'PREDICTORS', 'SELECTORS', 'Leaderboard', 'simulate_mirt', 'sklearn_zoo', 'IRT',
            'newton_logistic_rows', 'fit_irt', 'irt_abilities', 'anchor_weights', 'predict_scores', 'gaussian_mi',
-           'mrmr_select', 'kmeans_anchors', 'select_items', 'score_metrics', 'jaccard', 'split_models']
+           'discretize', 'discrete_mi', 'mrmr_select', 'kmeans_anchors', 'select_items', 'score_metrics', 'jaccard',
+           'split_models']
 
 # %% ../../nbs/06_algorithms/efficient_bench.ipynb #fd2cead1
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def predict_scores(Y_train, idx, Y_test_idx, method: str = "krr", *, irt: IRT | 
     raise ValueError(f"unknown method {method!r}; allowed: {', '.join(PREDICTORS)}")
 
 # %% ../../nbs/06_algorithms/efficient_bench.ipynb #6d997e02
-SELECTORS: tuple[str, ...] = ("random", "anchor", "anchor_irt", "mrmr", "mrmr_fcq")
+SELECTORS: tuple[str, ...] = ("random", "anchor", "anchor_irt", "mrmr", "mrmr_fcq", "mrmr_disc")
 
 
 def gaussian_mi(r) -> np.ndarray:
@@ -211,10 +212,55 @@ def gaussian_mi(r) -> np.ndarray:
     return -0.5 * np.log1p(-r2)
 
 
-def mrmr_select(X: np.ndarray, y: np.ndarray, k: int, criterion: str = "mid", floor: float = 1e-3) -> np.ndarray:
-    """Greedy mRMR: difference form with Gaussian MI, Eqs. (13)-(14) ("mid"), or F/correlation quotient, Eq. (15) ("fcq")."""
-    if criterion not in ("mid", "fcq"):
-        raise ValueError(f"unknown criterion {criterion!r}; allowed: mid, fcq")
+def _dense_rank(X: np.ndarray) -> np.ndarray:
+    """Per column, the index of each value among the column's sorted distinct values (0, 1, ...)."""
+    order = np.argsort(X, axis=0, kind="stable")
+    S = np.take_along_axis(X, order, axis=0)
+    dense = np.vstack([np.zeros((1, X.shape[1]), np.int64), np.cumsum(np.diff(S, axis=0) != 0, axis=0)])
+    out = np.empty_like(dense)
+    np.put_along_axis(out, order, dense, axis=0)
+    return out
+
+
+def discretize(X, bins: int) -> np.ndarray:
+    """Integer codes 0..B-1 per column of X (n,) or (n, Q) for the plug-in MI of Eq. (14').
+
+    A column with at most `bins` distinct values keeps them as its levels (a binary answer stays binary);
+    any other column is cut at its `bins`-quantiles into equal-frequency bins (equal values share a bin)."""
+    X = np.asarray(X, dtype=np.float64)
+    one = X.ndim == 1
+    X = X[:, None] if one else X
+    if bins < 2:
+        raise ValueError(f"bins must be >= 2, got {bins}")
+    dense = _dense_rank(X)
+    edges = np.quantile(X, np.arange(1, bins) / bins, axis=0)               # (bins-1, Q)
+    binned = _dense_rank((X[None] >= edges[:, None, :]).sum(0))
+    codes = np.where(dense.max(0) < bins, dense, binned)
+    return codes[:, 0] if one else codes
+
+
+def discrete_mi(cx: np.ndarray, cy: np.ndarray) -> np.ndarray:
+    """Plug-in mutual information (nats) of Eq. (14') between each column of the codes cx (n, Q) and cy (n,)."""
+    cx, cy = np.asarray(cx, dtype=np.int64), np.asarray(cy, dtype=np.int64)
+    one = cx.ndim == 1
+    cx = cx[:, None] if one else cx
+    n, Q = cx.shape
+    Lx, Ly = int(cx.max()) + 1, int(cy.max()) + 1
+    flat = (np.arange(Q)[None, :] * (Lx * Ly) + cx * Ly + cy[:, None]).ravel()
+    nab = np.bincount(flat, minlength=Q * Lx * Ly).reshape(Q, Lx, Ly).astype(np.float64)
+    na, nb = nab.sum(2, keepdims=True), nab.sum(1, keepdims=True)
+    ratio = np.divide(n * nab, na * nb, out=np.ones_like(nab), where=nab > 0)
+    mi = np.maximum((nab / n * np.log(ratio)).sum((1, 2)), 0.0)
+    return mi[0] if one else mi
+
+
+def mrmr_select(X: np.ndarray, y: np.ndarray, k: int, criterion: str = "mid", floor: float = 1e-3,
+                item_bins: int = 3, score_bins: int = 5) -> np.ndarray:
+    """Greedy mRMR: difference form with Gaussian MI, Eqs. (13)-(14) ("mid"), with discretised plug-in MI,
+    Eqs. (13), (14') ("disc": items in `item_bins`, the target in `score_bins` levels), or the
+    F/correlation quotient, Eq. (15) ("fcq")."""
+    if criterion not in ("mid", "fcq", "disc"):
+        raise ValueError(f"unknown criterion {criterion!r}; allowed: mid, fcq, disc")
     X = np.asarray(X, dtype=np.float64)
     n, Q = X.shape
     Xc = X - X.mean(0)
@@ -222,14 +268,20 @@ def mrmr_select(X: np.ndarray, y: np.ndarray, k: int, criterion: str = "mid", fl
     Z = Xc / np.where(sd > 0, sd, 1.0)
     yc = np.asarray(y, dtype=np.float64) - np.mean(y)
     r = Z.T @ (yc / max(np.sqrt(yc @ yc), 1e-300))
-    rel = gaussian_mi(r) if criterion == "mid" else (n - 2) * r * r / np.maximum(1 - r * r, 1e-300)
+    if criterion == "disc":
+        codes = discretize(X, item_bins)
+        rel = discrete_mi(codes, discretize(y, score_bins))
+    elif criterion == "mid":
+        rel = gaussian_mi(r)
+    else:
+        rel = (n - 2) * r * r / np.maximum(1 - r * r, 1e-300)
     avail = (sd > 0) & (rel > 0)
     red = np.zeros(Q)
     sel: list[int] = []
     for t in range(min(k, int(avail.sum()))):
         if t == 0:
             score = rel.copy()
-        elif criterion == "mid":
+        elif criterion in ("mid", "disc"):
             score = rel - red / t
         else:
             den = red / t
@@ -238,8 +290,11 @@ def mrmr_select(X: np.ndarray, y: np.ndarray, k: int, criterion: str = "mid", fl
         j = int(np.argmax(score))
         sel.append(j)
         avail[j] = False
-        c = Z.T @ Z[:, j]
-        red += gaussian_mi(c) if criterion == "mid" else np.clip(np.abs(c), floor, None)
+        if criterion == "disc":
+            red += discrete_mi(codes, codes[:, j])
+        else:
+            c = Z.T @ Z[:, j]
+            red += gaussian_mi(c) if criterion == "mid" else np.clip(np.abs(c), floor, None)
     if len(sel) < k:
         chosen = set(sel)
         sel += [q for q in range(Q) if q not in chosen][: k - len(sel)]
@@ -262,15 +317,16 @@ def select_items(Y, k: int, method: str = "mrmr", seed: int = 0, *, irt: IRT | N
     """Indices of k items chosen from the training models' score matrix Y (models x items).
 
     "random"; "anchor" (k-means on answer vectors, Eq. 12); "anchor_irt" (k-means on fitted 2PL item
-    parameters, Eq. 9; pass a fitted `irt` to reuse it); "mrmr" (Eqs. 13-14); "mrmr_fcq" (Eq. 15).
+    parameters, Eq. 9; pass a fitted `irt` to reuse it); "mrmr" (Eqs. 13-14); "mrmr_fcq" (Eq. 15);
+    "mrmr_disc" (Eqs. 13, 14').
     The mRMR target is the full score s, Eq. (1)."""
     Y = np.asarray(Y, dtype=np.float64)
     if not 0 < k <= Y.shape[1]:
         raise ValueError(f"k must be in 1..{Y.shape[1]}, got {k}")
     if method == "random":
         return np.random.default_rng(seed).choice(Y.shape[1], size=k, replace=False)
-    if method in ("mrmr", "mrmr_fcq"):
-        return mrmr_select(Y, Y.mean(1), k, "mid" if method == "mrmr" else "fcq")
+    if method in ("mrmr", "mrmr_fcq", "mrmr_disc"):
+        return mrmr_select(Y, Y.mean(1), k, {"mrmr": "mid", "mrmr_fcq": "fcq", "mrmr_disc": "disc"}[method])
     if method == "anchor":
         return kmeans_anchors(Y.T, k, seed)[0]
     if method == "anchor_irt":

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import time
 from typing import Callable
 
 import torch
@@ -15,7 +14,7 @@ from torch import nn
 __all__ = ['METHODS', 'delta_rule_matrix', 'correlated_keys', 'series_steps', 'invert_forward', 'invert_neumann',
            'invert_newton_schulz', 'invert_blocked', 'invert_unit_lower', 'unit_roundoff', 'power_norm_max',
            'series_error_estimate', 'closed_form_power_max', 'closed_form_inverse', 'flop_counts',
-           'delta_rule_recurrent', 'delta_rule_chunked', 'DeltaNetLayer', 'median_time']
+           'delta_rule_recurrent', 'delta_rule_chunked', 'DeltaNetLayer']
 
 # %% ../../nbs/06_algorithms/trinv.ipynb #28c2ff6d
 def delta_rule_matrix(K: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
@@ -264,19 +263,3 @@ class DeltaNetLayer(nn.Module):
                 else delta_rule_chunked(q, k, v, beta, chunk_size, method))
         B, H, T, dh = o.shape
         return self.out(o.transpose(1, 2).reshape(B, T, H * dh))
-
-# %% ../../nbs/06_algorithms/trinv.ipynb #cd22465b
-def median_time(fn: Callable[[], object], repeats: int, device: str = "cpu", warmup: int = 2) -> float:
-    """Median wall time in seconds of `fn()` over `repeats` calls after `warmup` calls (CUDA-synchronised)."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    for _ in range(warmup):
-        fn()
-    sync()
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        sync()
-        ts.append(time.perf_counter() - t)
-    ts.sort()
-    return ts[len(ts) // 2]

@@ -16,8 +16,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 # %% auto #0
 __all__ = ['detrend_projector', 'rdm2_window', 'rdm2_spectra', 'top_eigenvectors', 'rdm2_gaussian', 'participation_ratio',
            'spectral_heat_capacity', 'two_level_heat_capacity', 'warning_time', 'count_passes', 'saxe_strength',
-           'saxe_midpoint', 'linear_teacher', 'train_dln', 'scalar_ews', 'warning_leads', 'window_ending_at',
-           'modular_addition', 'QuadMLP', 'train_grokking', 'train_induction', 'rise_midpoint']
+           'saxe_midpoint', 'linear_teacher', 'train_dln', 'normalised_cov_error', 'scalar_ews', 'warning_leads',
+           'window_ending_at', 'modular_addition', 'QuadMLP', 'train_grokking', 'train_induction', 'rise_midpoint']
 
 # %% ../../nbs/05_dynamics/rdm2.ipynb #8ef0f89b
 def detrend_projector(window: int, order: int = 1) -> np.ndarray:
@@ -175,6 +175,15 @@ def train_dln(*, d: int, svals: tuple[float, ...], a0: float, lr: float, batch: 
         gW1 = -(W2.T @ e.T @ x) / batch
         W1, W2 = W1 - lr * gW1, W2 - lr * gW2
     return dict(t=np.array(ts), L=np.array(Ls), a=np.array(As), X=X, V=V[:, :k], train_loss=np.array(trs))
+
+# %% ../../nbs/05_dynamics/rdm2.ipynb #b7e1c2a4
+def normalised_cov_error(lam: np.ndarray, n_samples: int) -> np.ndarray:
+    """RMS relative Frobenius error ‖ρ̂ − ρ‖/‖ρ‖ of a normalised sample covariance of `n_samples` Gaussian
+    draws, from the eigenvalues `lam` of the true covariance (last axis), Eq. (13)."""
+    p = _probs(lam)
+    s2, s3 = (p ** 2).sum(-1), (p ** 3).sum(-1)
+    pr = 1.0 / s2
+    return np.sqrt(np.clip(pr + 1 + 2 / pr - 4 * pr * s3, 0.0, None) / (n_samples - 1))
 
 # %% ../../nbs/05_dynamics/rdm2.ipynb #362ece02
 def scalar_ews(series: np.ndarray, window: int, bandwidth: float = 0.05) -> tuple[np.ndarray, np.ndarray]:

@@ -168,3 +168,29 @@ def test_warning_leads_and_event_window():
     L = np.arange(40.0).reshape(20, 2)
     w = window_ending_at(L, np.arange(0, 200, 10), 95, 4)
     assert np.array_equal(w[:, 0], L[7:11, 0])                                     # ends at t = 100, the first ≥ 95
+
+
+def test_normalised_cov_error_closed_forms():
+    from paper_suite.dynamics.rdm2 import normalised_cov_error
+    assert normalised_cov_error(np.r_[3.0, 0, 0, 0], 50) == pytest.approx(0, abs=1e-12)      # rank one: exact direction
+    m, S = 12, 41
+    assert normalised_cov_error(np.full(m, 2.5), S) == pytest.approx(math.sqrt((m + 1 - 2 / m) / (S - 1)))
+    lam = np.random.default_rng(0).exponential(size=(3, 9))
+    assert normalised_cov_error(lam, 20).shape == (3,)                                       # batched over rows
+    assert normalised_cov_error(5 * lam, 20) == pytest.approx(normalised_cov_error(lam, 20))  # scale-free
+
+
+@pytest.mark.parametrize("spec", [np.r_[1.0, 0.3, 0.1, np.zeros(17)], 0.8 ** np.arange(20)])
+def test_normalised_cov_error_matches_monte_carlo_with_np_cov(spec):
+    """Eq. (13) against the RMS error of np.cov of Gaussian draws from a known C (numpy only)."""
+    from paper_suite.dynamics.rdm2 import normalised_cov_error
+    g = np.random.default_rng(7)
+    n, S = len(spec), 60
+    Q, _ = np.linalg.qr(g.standard_normal((n, n)))
+    C = Q @ np.diag(spec) @ Q.T
+    rho = C / np.trace(C)
+    err = []
+    for _ in range(2000):
+        Ch = np.cov(g.multivariate_normal(np.zeros(n), C, size=S), rowvar=False)
+        err.append(np.linalg.norm(Ch / np.trace(Ch) - rho) / np.linalg.norm(rho))
+    assert math.sqrt(np.mean(np.square(err))) == pytest.approx(normalised_cov_error(spec, S), rel=0.05)

@@ -1,6 +1,7 @@
 """Unit tests for paper_suite.algorithms.efficient_bench against references that share none of its code:
-the `mrmr-selection` package, a naive mRMR loop, scikit-learn (Ridge, KernelRidge, KMeans, metrics), SciPy
-optimisation and statistics, autograd of the MAP objective, and closed-form identities."""
+the `mrmr-selection` package, a naive mRMR loop, scikit-learn (Ridge, KernelRidge, KMeans, metrics,
+mutual_info_score), pandas' qcut, brute-force counting, SciPy optimisation and statistics, autograd of the MAP
+objective, and closed-form identities."""
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,7 +10,7 @@ from scipy import optimize, stats
 from scipy.spatial.distance import pdist
 
 from paper_suite.algorithms.efficient_bench import (
-    PREDICTORS, SELECTORS, fit_irt, gaussian_mi, irt_abilities, jaccard, kmeans_anchors, mrmr_select,
+    PREDICTORS, SELECTORS, discrete_mi, discretize, fit_irt, gaussian_mi, irt_abilities, jaccard, kmeans_anchors, mrmr_select,
     predict_scores, score_metrics, select_items, simulate_mirt, sklearn_zoo, split_models)
 
 
@@ -94,6 +95,76 @@ def test_gaussian_mi_closed_form():
     assert gaussian_mi(0.0) == 0.0
     assert gaussian_mi(0.6) == pytest.approx(-0.5 * np.log(0.64))
     assert np.isfinite(gaussian_mi(1.0))
+
+
+def brute_force_mi(u, v):
+    """Plug-in MI (nats) of two code sequences by counting pairs in plain Python, Eq. (14')."""
+    n = len(u)
+    joint, pu, pv = {}, {}, {}
+    for a, b in zip(u.tolist(), v.tolist()):
+        joint[(a, b)] = joint.get((a, b), 0) + 1
+        pu[a] = pu.get(a, 0) + 1
+        pv[b] = pv.get(b, 0) + 1
+    return sum(c / n * np.log(n * c / (pu[a] * pv[b])) for (a, b), c in joint.items())
+
+
+def test_discrete_mi_matches_sklearn_and_counting():
+    from sklearn.metrics import mutual_info_score
+    rng = np.random.default_rng(5)
+    cx = rng.integers(0, 3, size=(90, 7))
+    cx[:, 1] = (cx[:, 0] + rng.integers(0, 2, 90)) % 3                  # a dependent column
+    cy = (cx[:, 0] + (rng.random(90) < 0.3)) % 4
+    mi = discrete_mi(cx, cy)
+    assert np.allclose(mi, [mutual_info_score(cx[:, q], cy) for q in range(7)])
+    assert np.allclose(mi, [brute_force_mi(cx[:, q], cy) for q in range(7)])
+    assert mi[0] > mi[2:].max()                                          # the dependent column has the most MI
+    # MI of a variable with itself is its entropy; with a constant it is zero
+    p = np.bincount(cx[:, 0]) / 90
+    assert discrete_mi(cx[:, 0], cx[:, 0]) == pytest.approx(-(p * np.log(p)).sum())
+    assert discrete_mi(cx[:, 0], np.zeros(90, dtype=int)) == 0.0
+
+
+def test_discretize_binary_levels_and_equal_frequency_bins():
+    rng = np.random.default_rng(6)
+    b = (rng.random(200) < 0.8).astype(float)                            # 80 % ones: quantile edges coincide
+    assert np.array_equal(discretize(b, 3), b.astype(int))
+    X = rng.normal(size=(200, 4))
+    codes = discretize(X, 3)
+    for q in range(4):                                                   # pandas' equal-frequency bins
+        assert np.array_equal(codes[:, q], pd.qcut(X[:, q], 3, labels=False))
+    assert np.array_equal(discretize(X[:, 0], 5), pd.qcut(X[:, 0], 5, labels=False))
+    t = np.repeat([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], 10)                     # ties share a bin
+    c = discretize(t, 3)
+    assert all(len(set(c[t == v])) == 1 for v in np.unique(t)) and set(c.tolist()) == {0, 1, 2}
+
+
+def naive_mrmr_disc(X, y, k, item_bins=3, score_bins=5):
+    """mRMR with plug-in MI on pandas-qcut codes, Eqs. (13), (14'), by brute-force counting."""
+    C = np.column_stack([pd.qcut(X[:, q], item_bins, labels=False) for q in range(X.shape[1])])
+    cy = pd.qcut(y, score_bins, labels=False)
+    rel = [brute_force_mi(C[:, j], cy) for j in range(X.shape[1])]
+    S = []
+    for _ in range(k):
+        score = {j: rel[j] - (np.mean([brute_force_mi(C[:, j], C[:, i]) for i in S]) if S else 0.0)
+                 for j in range(X.shape[1]) if j not in S}
+        S.append(max(score, key=lambda j: (score[j], -j)))
+    return S
+
+
+def test_mrmr_disc_matches_naive_loop():
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(200, 15)) + rng.normal(size=(200, 1))
+    y = np.tanh(X[:, 0]) + X[:, 1] ** 2 + 0.5 * rng.normal(size=200)
+    assert list(mrmr_select(X, y, 6, "disc")) == naive_mrmr_disc(X, y, 6)
+
+
+def test_mrmr_disc_finds_a_nonlinear_item_the_gaussian_form_misses():
+    rng = np.random.default_rng(8)
+    n = 400
+    X = rng.normal(size=(n, 20))
+    y = X[:, 3] ** 2 + 0.2 * rng.normal(size=n)                           # no correlation, strong dependence
+    assert mrmr_select(X, y, 1, "disc")[0] == 3
+    assert abs(np.corrcoef(X[:, 3], y)[0, 1]) < 0.2
 
 
 # -- selection ------------------------------------------------------------------------------------
