@@ -3,12 +3,10 @@
 # %% ../nbs/00_toolkit/15_bench.ipynb #bench002
 from __future__ import annotations
 
-import gc
-import math
 import os
 import time
 import timeit
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
