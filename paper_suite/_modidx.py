@@ -819,6 +819,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                                                              'paper_suite/interpretability/boundary_complexity.py'),
                                                                   'paper_suite.interpretability.boundary_complexity.ResidualMap.jacobian_times': ( '02_interpretability/boundary_complexity.html#residualmap.jacobian_times',
                                                                                                                                                    'paper_suite/interpretability/boundary_complexity.py'),
+                                                                  'paper_suite.interpretability.boundary_complexity._normal_factor_torch': ( '02_interpretability/boundary_complexity.html#_normal_factor_torch',
+                                                                                                                                             'paper_suite/interpretability/boundary_complexity.py'),
                                                                   'paper_suite.interpretability.boundary_complexity._unit': ( '02_interpretability/boundary_complexity.html#_unit',
                                                                                                                               'paper_suite/interpretability/boundary_complexity.py'),
                                                                   'paper_suite.interpretability.boundary_complexity.balanced_weights': ( '02_interpretability/boundary_complexity.html#balanced_weights',
