@@ -231,3 +231,28 @@ def test_kernelsm_matches_sklearn():
     zq, mq = sample_selections(6, 5, 2, seed=18)
     np.testing.assert_allclose(predict(zq, mq), ref.predict(np.c_[zq, mq.reshape(6, -1)].astype(float)) + y.mean(),
                                rtol=1e-8)
+
+
+def test_sks_tune_picks_the_brute_force_leave_one_out_minimum():
+    from scipy.spatial.distance import pdist
+
+    from paper_suite.attribution.sks import sks_tune
+    z, m = sample_selections(25, 5, 2, seed=19)
+    y = np.random.default_rng(20).normal(size=(25, 2)) + z[:, :1] * 2.0
+    yc = y - y.mean(0)
+    u = (z[..., None] * m).reshape(25, -1).astype(float)
+    g_z, g_m = 1 / (2 * np.median(pdist(z.astype(float))) ** 2), 1 / (2 * np.median(pdist(u)) ** 2)
+    grid = [(cz, cm, lam) for cz in (0.1, 1.0) for cm in (0.5, 2.0) for lam in (1e-3, 1e-1)]
+    errs = []
+    for cz, cm, lam in grid:
+        K = kernel_loop(z, m, z, m, cz * g_z, cm * g_m)
+        e = 0.0
+        for j in range(25):
+            keep = np.arange(25) != j
+            fit = SkKernelRidge(alpha=lam, kernel="precomputed").fit(K[np.ix_(keep, keep)], yc[keep])
+            e += ((fit.predict(K[j:j + 1, keep]) - yc[j]) ** 2).sum()
+        errs.append(e)
+    cz, cm, lam = grid[int(np.argmin(errs))]
+    hp = sks_tune(z, m, y, scales_z=(0.1, 1.0), scales_m=(0.5, 2.0), lams=(1e-3, 1e-1))
+    assert (hp["scale_z"], hp["scale_m"], hp["lam"]) == (cz, cm, lam)
+    assert hp["gamma_z"] == pytest.approx(cz * g_z) and hp["loo_mse"] == pytest.approx(min(errs) / yc.size)
