@@ -16,7 +16,7 @@ import torch.nn.functional as F
 # %% auto #0
 __all__ = ['CharTokenizer', 'split_ids', 'get_batch', 'GPTConfig', 'CausalSelfAttention', 'MLP', 'Block', 'GPT', 'capture',
            'mlp_act_names', 'residual_names', 'pattern_names', 'repeated_segment_batch', 'induction_score',
-           'prev_token_score', 'train_lm', 'eval_lm']
+           'prev_token_score', 'train_lm', 'eval_lm', 'head_weights', 'hooked_copy']
 
 # %% ../nbs/00_toolkit/04_tinytf.ipynb #0145b214
 class CharTokenizer:
@@ -260,3 +260,68 @@ def eval_lm(model: GPT, ids: torch.Tensor, *, batch: int = 32, n_batches: int = 
         tot += model(x.to(device), y.to(device))[1].item()
     model.train()
     return tot / n_batches
+
+# %% ../nbs/00_toolkit/04_tinytf.ipynb #b7cd06f7
+def head_weights(model: GPT, layer: int, fold_ln: bool = False) -> tuple[torch.Tensor, ...]:
+    """W_Q, W_K, W_V (H, d_model, d_head) and W_O (H, d_head, d_model) of block `layer`, TransformerLens' shapes.
+
+    `fold_ln=True` folds the block's LayerNorm gain and centring into the reading weights, Eq. (3)."""
+    if not 0 <= layer < len(model.blocks):
+        raise ValueError(f"layer must be in 0..{len(model.blocks) - 1}, got {layer}")
+    blk, C, H = model.blocks[layer], model.cfg.d_model, model.cfg.n_head
+    dh = C // H
+    heads = lambda W: W.detach().T.reshape(C, H, dh).permute(1, 0, 2).clone()   # nn.Linear (out, in) → (H, C, dh)
+    W_Q, W_K, W_V = (heads(W) for W in blk.attn.qkv.weight.split(C, 0))
+    W_O = blk.attn.proj.weight.detach().T.reshape(H, dh, C).clone()
+    if fold_ln and model.cfg.block_norm:
+        g = blk.ln1.weight.detach()
+        fold = lambda W: (g[:, None] * W) - (g[:, None] * W).mean(1, keepdim=True)   # P diag(γ) W per head
+        W_Q, W_K, W_V = fold(W_Q), fold(W_K), fold(W_V)
+    return W_Q, W_K, W_V, W_O
+
+
+def hooked_copy(model: GPT):
+    """A transformer_lens HookedTransformer with the same architecture and weights as `model`.
+
+    Block LayerNorm on or fully off (`block_norm=False` drops the final LN there too); built from a config,
+    nothing is downloaded. transformer_lens is imported here, not at module import."""
+    import os
+    import warnings
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from transformer_lens import HookedTransformer, HookedTransformerConfig
+    c = model.cfg
+    H, C = c.n_head, c.d_model
+    if not c.attn_only and not (isinstance(model.blocks[0].mlp.act, nn.GELU)
+                                and model.blocks[0].mlp.act.approximate == "none"):
+        raise ValueError("hooked_copy supports the exact GELU activation only (transformer_lens act_fn='gelu')")
+    cfg = HookedTransformerConfig(n_layers=c.n_layer, d_model=C, n_ctx=c.block_size, d_head=C // H, n_heads=H,
+                                  d_vocab=c.vocab_size, act_fn="gelu", normalization_type="LN" if c.block_norm else None,
+                                  attn_only=c.attn_only, d_mlp=None if c.attn_only else (c.d_ff or 4 * C),
+                                  positional_embedding_type="standard", device="cpu", seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        h = HookedTransformer(cfg)
+    sd = h.state_dict()
+    sd["embed.W_E"], sd["pos_embed.W_pos"] = model.tok.weight, model.pos.weight
+    for i, b in enumerate(model.blocks):
+        p = f"blocks.{i}."
+        sd[p + "attn.W_Q"], sd[p + "attn.W_K"], sd[p + "attn.W_V"], sd[p + "attn.W_O"] = head_weights(model, i)
+        zeros = torch.zeros(3 * C) if b.attn.qkv.bias is None else b.attn.qkv.bias
+        bq, bk, bv = zeros.split(C, 0)
+        sd[p + "attn.b_Q"], sd[p + "attn.b_K"], sd[p + "attn.b_V"] = bq.view(H, -1), bk.view(H, -1), bv.view(H, -1)
+        sd[p + "attn.b_O"] = torch.zeros(C) if b.attn.proj.bias is None else b.attn.proj.bias
+        if c.block_norm:
+            sd[p + "ln1.w"], sd[p + "ln1.b"] = b.ln1.weight, b.ln1.bias
+        if not c.attn_only:
+            if c.block_norm:
+                sd[p + "ln2.w"], sd[p + "ln2.b"] = b.ln2.weight, b.ln2.bias
+            sd[p + "mlp.W_in"], sd[p + "mlp.W_out"] = b.mlp.fc.weight.T, b.mlp.proj.weight.T
+            sd[p + "mlp.b_in"] = torch.zeros(b.mlp.fc.out_features) if b.mlp.fc.bias is None else b.mlp.fc.bias
+            sd[p + "mlp.b_out"] = torch.zeros(C) if b.mlp.proj.bias is None else b.mlp.proj.bias
+    if c.block_norm:
+        sd["ln_final.w"], sd["ln_final.b"] = model.ln_f.weight, model.ln_f.bias
+    sd["unembed.W_U"], sd["unembed.b_U"] = model.head.weight.T, torch.zeros(c.vocab_size)
+    h.load_state_dict({k: v.detach().clone() for k, v in sd.items()})
+    return h.eval()

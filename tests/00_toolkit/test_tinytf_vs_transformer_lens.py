@@ -1,52 +1,13 @@
-"""paper_suite.tinytf against transformer_lens's HookedTransformer built from the same weights."""
+"""paper_suite.tinytf against transformer_lens's HookedTransformer built from the same weights (tinytf.hooked_copy)."""
 import os
 import warnings
 
 import pytest
 import torch
 
-from paper_suite.tinytf import GPT, GPTConfig, capture, pattern_names, residual_names
+from paper_suite.tinytf import GPT, GPTConfig, capture, head_weights, hooked_copy, pattern_names, residual_names
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")       # nothing is fetched: the model is built from a config
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
-
-
-def hooked_copy(m: GPT) -> HookedTransformer:
-    """A HookedTransformer with the same architecture and weights as `m` (block LayerNorm on, or fully off)."""
-    c = m.cfg
-    H, C = c.n_head, c.d_model
-    dh = C // H
-    norm = "LN" if c.block_norm else None
-    cfg = HookedTransformerConfig(n_layers=c.n_layer, d_model=C, n_ctx=c.block_size, d_head=dh, n_heads=H,
-                                  d_vocab=c.vocab_size, act_fn="gelu", normalization_type=norm, attn_only=c.attn_only,
-                                  d_mlp=None if c.attn_only else (c.d_ff or 4 * C), positional_embedding_type="standard",
-                                  device="cpu", seed=0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        h = HookedTransformer(cfg)
-    sd = h.state_dict()
-    sd["embed.W_E"], sd["pos_embed.W_pos"] = m.tok.weight, m.pos.weight
-    heads = lambda W: W.T.reshape(C, H, dh).permute(1, 0, 2)          # nn.Linear (out, in) → (H, d_model, d_head)
-    for i, b in enumerate(m.blocks):
-        p = f"blocks.{i}."
-        Wq, Wk, Wv = b.attn.qkv.weight.split(C, 0)
-        bq, bk, bv = b.attn.qkv.bias.split(C, 0)
-        sd[p + "attn.W_Q"], sd[p + "attn.W_K"], sd[p + "attn.W_V"] = heads(Wq), heads(Wk), heads(Wv)
-        sd[p + "attn.b_Q"], sd[p + "attn.b_K"], sd[p + "attn.b_V"] = bq.view(H, dh), bk.view(H, dh), bv.view(H, dh)
-        sd[p + "attn.W_O"], sd[p + "attn.b_O"] = b.attn.proj.weight.T.reshape(H, dh, C), b.attn.proj.bias
-        if c.block_norm:
-            sd[p + "ln1.w"], sd[p + "ln1.b"] = b.ln1.weight, b.ln1.bias
-        if not c.attn_only:
-            sd[p + "ln2.w"], sd[p + "ln2.b"] = b.ln2.weight, b.ln2.bias
-            sd[p + "mlp.W_in"], sd[p + "mlp.b_in"] = b.mlp.fc.weight.T, b.mlp.fc.bias
-            sd[p + "mlp.W_out"], sd[p + "mlp.b_out"] = b.mlp.proj.weight.T, b.mlp.proj.bias
-    if c.block_norm:
-        sd["ln_final.w"], sd["ln_final.b"] = m.ln_f.weight, m.ln_f.bias
-    sd["unembed.W_U"], sd["unembed.b_U"] = m.head.weight.T, torch.zeros(c.vocab_size)
-    h.load_state_dict({k: v.detach().clone() for k, v in sd.items()})
-    return h.eval()
 
 
 def _randomise(m: GPT) -> GPT:
@@ -89,3 +50,27 @@ def test_attention_only_norm_free_matches_hooked_transformer():
         assert torch.allclose(st[f"blocks.{i}.attn.pattern"][0], cache[f"blocks.{i}.attn.hook_pattern"], atol=1e-6)
         assert torch.allclose(st[f"blocks.{i}"][0], cache[f"blocks.{i}.hook_resid_post"], atol=1e-5)
     assert torch.allclose(logits, m.head(m.ln_f(cache["blocks.1.hook_resid_post"])), atol=1e-5)
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_head_weights_match_transformer_lens(fold):
+    """head_weights against the HookedTransformer's own W_Q, W_K, W_V, W_O, and with fold_ln=True against
+    transformer_lens' fold_layer_norm (gain folded into the reading weights, then centred)."""
+    torch.manual_seed(2)
+    m = _randomise(GPT(GPTConfig(vocab_size=11, block_size=6, n_layer=2, n_head=4, d_model=16)))
+    h = hooked_copy(m)
+    sd = {k: v.clone() for k, v in h.state_dict().items()}
+    if fold:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sd = h.fold_layer_norm(sd)
+    for layer in range(2):
+        ours = head_weights(m, layer, fold_ln=fold)
+        for name, w in zip("QKVO", ours):
+            assert torch.allclose(w, sd[f"blocks.{layer}.attn.W_{name}"], atol=1e-6), (layer, name)
+
+
+def test_head_weights_bad_layer():
+    m = GPT(GPTConfig(vocab_size=5, block_size=4, n_layer=2, n_head=2, d_model=8))
+    with pytest.raises(ValueError, match="layer must be in 0..1"):
+        head_weights(m, 2)
