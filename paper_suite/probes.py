@@ -15,7 +15,7 @@ from .kernels import as_tensor
 # %% auto #0
 __all__ = ['METRICS', 'logistic_newton', 'LinearProbe', 'fit_logistic', 'fit_ridge', 'score_labels', 'budget_draws',
            'learning_curve', 'label_demand', 'logme', 'leep', 'nce', 'h_score', 'ece', 'knn_predict', 'knn_accuracy',
-           'signed_margin']
+           'signed_margin', 'effective_regularization', 'ridge_equivalent']
 
 # %% ../nbs/00_toolkit/18_probes.ipynb #e444cc25
 def _design(X: torch.Tensor, fit_intercept: bool) -> torch.Tensor:
@@ -362,3 +362,49 @@ def signed_margin(Z, y, W, b) -> np.ndarray:
     r = np.arange(len(y))
     rival = np.where(np.arange(L.shape[1])[None, :] == y[:, None], -np.inf, L).argmax(1)
     return (L[r, y] - L[r, rival]) / np.linalg.norm(W[:, y] - W[:, rival], axis=0)
+
+# %% ../nbs/00_toolkit/18_probes.ipynb #cf9febf7
+def effective_regularization(eigs, n: int, lam: float = 1.0) -> float:
+    """The effective regularisation kappa >= lam solving lam = kappa (1 - df1(kappa) / n), Eq. (18),
+    df1(kappa) = sum_i e_i / (e_i + kappa) over the eigenvalues e of the (whitened) covariance."""
+    from scipy.optimize import brentq
+    e = np.clip(np.asarray(eigs, np.float64), 0.0, None)
+    if lam <= 0 or n <= 0:
+        raise ValueError(f"need lam > 0 and n > 0, got lam={lam}, n={n}")
+    g = lambda k: k * (1.0 - float((e / (e + k)).sum()) / n) - lam
+    hi = lam + float(e.sum()) / n
+    return lam if g(lam) >= 0 else float(brentq(g, lam, hi, xtol=1e-14 * hi, rtol=1e-15, maxiter=500))
+
+
+def ridge_equivalent(Sigma, n: int, P=1.0, beta=None, noise_var: float = 0.0) -> dict:
+    """Deterministic equivalent of generalised ridge, Eqs. (18)-(21).
+
+    w = (X^T X / n + P)^{-1} X^T y / n with rows of X ~ N(0, Sigma), y = X beta + e, Var e = noise_var and a
+    penalty P > 0 (a matrix, or a float for lam I). With S = P^{-1/2} Sigma P^{-1/2} and theta = P^{1/2} beta
+    (whitened: ridge with lam = 1), returns kappa (Eq. 18), df1, df2, bias, variance and risk = bias + variance,
+    the excess risk E (w - beta)^T Sigma (w - beta) (Eq. 20); w_mean, the deterministic equivalent of E w (Eq. 19);
+    and w_cov, that of its covariance (Eq. 21): E w^T A w ~ w_mean^T A w_mean + tr(A w_cov) for any fixed A."""
+    Sg = np.asarray(Sigma, np.float64)
+    p = Sg.shape[0]
+    if np.ndim(P) == 0:
+        if float(P) <= 0:
+            raise ValueError(f"the penalty must be positive definite, got {P}")
+        Ph = np.eye(p) / math.sqrt(float(P))                                  # P^{-1/2}
+        Pr = np.eye(p) * math.sqrt(float(P))                                  # P^{1/2}
+    else:
+        d, V = np.linalg.eigh(0.5 * (np.asarray(P, np.float64) + np.asarray(P, np.float64).T))
+        if d.min() <= 0:
+            raise ValueError(f"the penalty must be positive definite (smallest eigenvalue {d.min():.3g})")
+        Ph, Pr = (V / np.sqrt(d)) @ V.T, (V * np.sqrt(d)) @ V.T
+    s, Q = np.linalg.eigh(Ph @ Sg @ Ph)
+    s = np.clip(s, 0.0, None)
+    kappa = effective_regularization(s, n, 1.0)
+    df1, df2 = float((s / (s + kappa)).sum()), float((s ** 2 / (s + kappa) ** 2).sum())
+    t = Q.T @ (Pr @ np.asarray(beta, np.float64)) if beta is not None else np.zeros(p)
+    B = float(kappa ** 2 * (s * t ** 2 / (s + kappa) ** 2).sum())
+    w_mean = Ph @ (Q @ (s / (s + kappa) * t))
+    w_cov = (noise_var + B) / (n - df2) * (Ph @ ((Q * (s / (s + kappa) ** 2)) @ Q.T) @ Ph)
+    bias, variance = B / (1 - df2 / n), noise_var * df2 / n / (1 - df2 / n)
+    return {"kappa": kappa, "df1": df1, "df2": df2, "bias": bias, "variance": variance, "risk": bias + variance,
+            "w_mean": w_mean, "w_cov": w_cov}
+

@@ -270,3 +270,60 @@ def test_signed_margin_binary_and_multiclass():
         w, beta = W[:, y3[i]] - W[:, c], b[y3[i]] - b[c]
         foot = X3[i] - (X3[i] @ w + beta) / (w @ w) * w
         assert abs(abs(m3[i]) - np.linalg.norm(X3[i] - foot)) < 1e-10 and abs(foot @ w + beta) < 1e-10
+
+
+# --- deterministic equivalent of ridge, Eqs. (18)-(21) ---------------------------------------------------------
+from paper_suite.probes import effective_regularization, ridge_equivalent  # noqa: E402
+
+
+@pytest.mark.parametrize("gamma,lam", [(0.5, 0.1), (1.0, 0.5), (2.0, 0.05)])
+def test_ridge_equivalent_isotropic_marchenko_pastur(gamma, lam):
+    n = 200
+    p = int(gamma * n)
+    r = ridge_equivalent(np.eye(p), n, lam)
+    k = lam * r["kappa"]
+    # the quadratic k^2 + k (1 - gamma - lam) - lam = 0 and the MP Stieltjes transform at -lam
+    assert math.isclose(k, ((lam + gamma - 1) + math.sqrt((lam + gamma - 1) ** 2 + 4 * lam)) / 2, rel_tol=1e-10)
+    mp = (-(1 - gamma + lam) + math.sqrt((1 - gamma + lam) ** 2 + 4 * gamma * lam)) / (2 * gamma * lam)
+    assert math.isclose(k / (lam * (1 + k)), mp, rel_tol=1e-10)
+    assert math.isclose(r["df1"], p / (1 + k), rel_tol=1e-10) and math.isclose(r["df2"], p / (1 + k) ** 2, rel_tol=1e-10)
+
+
+def test_effective_regularization_solves_its_equation():
+    e = np.random.default_rng(0).exponential(size=50)
+    for lam in (1e-3, 0.3, 4.0):
+        k = effective_regularization(e, 30, lam)
+        assert k >= lam and math.isclose(k * (1 - (e / (e + k)).sum() / 30), lam, rel_tol=1e-10)
+    with pytest.raises(ValueError):
+        effective_regularization(e, 30, 0.0)
+
+
+def test_ridge_equivalent_matches_simulation_and_penalty_is_whitened():
+    rng = np.random.default_rng(1)
+    p, n = 60, 90
+    e = np.arange(1, p + 1) ** -1.0 * 3
+    U, _ = np.linalg.qr(rng.normal(size=(p, p)))
+    Sigma = (U * e) @ U.T
+    beta = U @ (rng.normal(size=p) / np.sqrt(p * e))
+    P = np.diag(0.05 + 0.3 * rng.random(p))
+    pred = ridge_equivalent(Sigma, n, P, beta, 0.3)
+    L = np.linalg.cholesky(Sigma)
+    risk, quad, A = [], [], np.diag(rng.random(p))
+    for _ in range(400):
+        X = rng.normal(size=(n, p)) @ L.T
+        w = np.linalg.solve(X.T @ X / n + P, X.T @ (X @ beta + math.sqrt(0.3) * rng.normal(size=n)) / n)
+        risk.append((w - beta) @ Sigma @ (w - beta))
+        quad.append(w @ A @ w)
+    se = np.std(risk) / math.sqrt(len(risk))
+    assert abs(np.mean(risk) - pred["risk"]) < max(4 * se, 0.03 * pred["risk"])
+    assert math.isclose(pred["risk"], pred["bias"] + pred["variance"])
+    # Eq. (21) with A = Sigma gives back Eq. (20); Eq. (21) for another A against simulation
+    d = pred["w_mean"] - beta
+    assert math.isclose(d @ Sigma @ d + np.sum(Sigma * pred["w_cov"]), pred["risk"], rel_tol=1e-9)
+    qa = pred["w_mean"] @ A @ pred["w_mean"] + np.sum(A * pred["w_cov"])
+    assert abs(np.mean(quad) / qa - 1) < 0.05
+    # a scalar penalty equals lam * I; a non-positive-definite penalty is refused
+    assert math.isclose(ridge_equivalent(Sigma, n, 0.2, beta, 0.3)["risk"],
+                        ridge_equivalent(Sigma, n, 0.2 * np.eye(p), beta, 0.3)["risk"], rel_tol=1e-9)
+    with pytest.raises(ValueError):
+        ridge_equivalent(Sigma, n, -np.eye(p), beta)
