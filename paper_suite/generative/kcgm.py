@@ -181,7 +181,7 @@ def is_valid(s: str) -> bool:
 
 
 def features(strings: Sequence[str], scale: float = 10.0) -> torch.Tensor:
-    """phi(x): counts of N, O, ring closures (digit pairs), branches and atoms, divided by `scale` (float64)."""
+    """phi(x) of Eq. (10): counts of N, O, ring closures (digit pairs), branches and atoms, divided by `scale` (float64)."""
     rows = [[s.count("N"), s.count("O"), sum(s.count(d) for d in "123") // 2, s.count("("),
              sum(s.count(a) for a in ATOMS)] for s in strings]
     return torch.tensor(rows, dtype=torch.float64).reshape(-1, len(FEATURES)) / scale
@@ -285,7 +285,7 @@ def encode_corpus(strings: Sequence[str], tok: CharTokenizer) -> torch.Tensor:
 
 
 def sequence_logprob(model: GPT, seqs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """log p_theta(x) = sum_t log p(x_t | x_<t), Eq. (9), for token rows that start with the start mark
+    """log p_theta(x) = sum_t log p(x_t | x_<t), Eq. (11), for token rows that start with the start mark
     (seqs (n, T+1): mark, x_1..x_T, padding) and `lengths` tokens after it (the end mark included)."""
     logits, _ = model(seqs[:, :-1])
     lp = torch.log_softmax(logits.float() if logits.dtype == torch.float16 else logits, -1)
@@ -348,8 +348,8 @@ def finetune(model: GPT, base: GPT, tok: CharTokenizer, ref_feats: torch.Tensor,
              seed: int = 0, progress=None) -> list[float]:
     """Score-function finetuning of `model` (in place) against the reference features, Eq. (8).
 
-    method: 'kcgm' (RBF-mixture MMD weights, Eq. 5), 'mean' (CGM-relax, dot-product kernel, Eq. 10) or
-    'reward' (weight = distance to the nearest reference feature, Eq. 11); beta weighs KL(p_theta || base).
+    method: 'kcgm' (RBF-mixture MMD weights, Eq. 5), 'mean' (CGM-relax, dot-product kernel, Eq. 9) or
+    'reward' (weight = distance to the nearest reference feature, Eq. 12); beta weighs KL(p_theta || base).
     The baseline is an exponential moving average of past mean weights, so it is constant given the
     current samples (Eq. 7). Returns the per-step mean MMD weight (or reward)."""
     if method not in ("kcgm", "mean", "reward"):
