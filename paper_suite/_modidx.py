@@ -1787,6 +1787,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'paper_suite.tda.logistic_grads': ('00_toolkit/tda.html#logistic_grads', 'paper_suite/tda.py'),
                                  'paper_suite.tda.logistic_hessian': ('00_toolkit/tda.html#logistic_hessian', 'paper_suite/tda.py'),
                                  'paper_suite.tda.logistic_losses': ('00_toolkit/tda.html#logistic_losses', 'paper_suite/tda.py'),
+                                 'paper_suite.tda.per_example_grads': ('00_toolkit/tda.html#per_example_grads', 'paper_suite/tda.py'),
                                  'paper_suite.tda.sample_selections': ('00_toolkit/tda.html#sample_selections', 'paper_suite/tda.py'),
                                  'paper_suite.tda.sample_subsets': ('00_toolkit/tda.html#sample_subsets', 'paper_suite/tda.py'),
                                  'paper_suite.tda.selection_units': ('00_toolkit/tda.html#selection_units', 'paper_suite/tda.py'),
