@@ -15,7 +15,7 @@ from .kernels import as_tensor
 # %% auto #0
 __all__ = ['sample_subsets', 'sample_selections', 'selection_units', 'logistic_losses', 'logistic_grads', 'logistic_hessian',
            'logistic_fit', 'subset_losses', 'influence_matrix', 'influence_of_change', 'linear_datamodel',
-           'trak_scores', 'additive_predictions', 'spearman_columns', 'lds']
+           'trak_scores', 'additive_predictions', 'spearman_columns', 'lds', 'per_example_grads']
 
 # %% ../nbs/00_toolkit/16_tda.ipynb #65b4a563
 def _check_prob(name: str, p: float) -> float:
@@ -270,3 +270,10 @@ def lds(pred, actual) -> float:
     Columns where either input is constant are left out; NaN if every column is."""
     r = spearman_columns(pred, actual)
     return float(np.mean(r[~np.isnan(r)])) if (~np.isnan(r)).any() else float("nan")
+
+# %% ../nbs/00_toolkit/16_tda.ipynb #b8f2d4e3
+def per_example_grads(loss, params: dict, *batch: torch.Tensor) -> dict:
+    """g_i of Eq. (14) for every example: `loss(params, *example)` is the loss of one example (no batch axis);
+    `batch` holds tensors whose leading axis indexes the examples. Returns {name: (n, *param.shape)}."""
+    from torch.func import grad, vmap
+    return vmap(grad(loss), in_dims=(None,) + (0,) * len(batch))(params, *batch)

@@ -180,3 +180,23 @@ def test_additive_predictions():
     W = sample_subsets(6, 5, 0.5, seed=11)
     S = np.random.default_rng(12).normal(size=(5, 3))
     np.testing.assert_allclose(additive_predictions(S, W), np.array([[S[w, t].sum() for t in range(3)] for w in W]))
+
+
+def test_per_example_grads_against_a_loop_and_the_closed_form(data):
+    from paper_suite.tda import per_example_grads
+    X, y, _, _ = data
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2)).double()
+    pars = {k: v.detach() for k, v in net.named_parameters()}
+    one = lambda p, x, t: torch.nn.functional.cross_entropy(torch.func.functional_call(net, p, (x[None],)), t[None])
+    xb, tb = torch.as_tensor(X[:8]), torch.as_tensor(y[:8]).long()
+    g = per_example_grads(one, pars, xb, tb)
+    assert set(g) == set(pars) and g["0.weight"].shape == (8, 3, 5)
+    for i in range(8):
+        ref = torch.autograd.grad(torch.nn.functional.cross_entropy(net(xb[i:i + 1]), tb[i:i + 1]), list(net.parameters()))
+        for k, r in zip(pars, ref):
+            assert torch.allclose(g[k][i], r)
+    th = torch.as_tensor(np.random.default_rng(9).normal(size=5))
+    lg = per_example_grads(lambda p, x, t: logistic_losses(p["t"], x[None], t[None])[0], {"t": th},
+                           torch.as_tensor(X), torch.as_tensor(y))["t"]
+    assert torch.allclose(lg, logistic_grads(th, X, y))
