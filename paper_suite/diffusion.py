@@ -15,7 +15,8 @@ import torch.nn.functional as F
 __all__ = ['alpha_sigma', 'add_noise', 'logsnr_linear', 'logsnr_cosine', 'logistic_logpdf', 'sample_logsnr',
            'gaussian_posterior_mean', 'gaussian_mmse_curve', 'eps_to_x', 'x_to_eps', 'eps_mse_to_x_mmse',
            'LogSNREmbedding', 'drop_conditions', 'keep_bits', 'CondMLPDenoiser', 'CondConvDenoiser', 'train_denoiser',
-           'denoising_errors', 'ddim_sample', 'ddpm_sample', 'GaussianDenoiser']
+           'denoising_errors', 'ddim_sample', 'ddpm_sample', 'GaussianDenoiser', 'gmm_noised', 'gmm_score_hessian',
+           'cfg_ddim_sample']
 
 # %% ../nbs/00_toolkit/14_diffusion.ipynb #17503771
 def alpha_sigma(logsnr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -339,3 +340,72 @@ class GaussianDenoiser(nn.Module):
 
     def forward(self, z, logsnr, conds=(), keep=None):
         return gaussian_posterior_mean(z.double(), logsnr.double(), self.cov.double()).to(z.dtype)
+
+# %% ../nbs/00_toolkit/14_diffusion.ipynb #59e369af
+def gmm_noised(weights: torch.Tensor, means: torch.Tensor, covs: torch.Tensor,
+               logsnr: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The VP marginal of a Gaussian mixture, Eq. (14): weights (K,), means α μ_k (K, d), covs α² Σ_k + σ² I (K, d, d)."""
+    a, s = alpha_sigma(torch.as_tensor(logsnr, dtype=means.dtype))
+    eye = torch.eye(means.shape[-1], dtype=covs.dtype, device=covs.device)
+    return weights, a * means, a**2 * covs + s**2 * eye
+
+
+def gmm_score_hessian(x: torch.Tensor, weights: torch.Tensor, means: torch.Tensor,
+                      covs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(∇ log p(x), ∇² log p(x)) of a Gaussian mixture at x (B, d), Eq. (15): shapes (B, d) and (B, d, d).
+
+    Differentiable in x (torch autograd), so higher derivatives (e.g. ∇ tr H) follow by autograd."""
+    L = torch.linalg.cholesky(covs)                                        # (K, d, d)
+    prec = torch.cholesky_inverse(L)                                       # C_k^{-1}
+    logdet = 2 * torch.log(torch.diagonal(L, dim1=-2, dim2=-1)).sum(-1)    # (K,)
+    diff = x[:, None, :] - means[None]                                     # (B, K, d)
+    sk = -torch.einsum("kij,bkj->bki", prec, diff)                         # component scores
+    quad = -(diff * sk).sum(-1)                                            # (x - m)ᵀ C⁻¹ (x - m)
+    logw = torch.log(weights.to(x.dtype))
+    r = torch.softmax(logw[None] - 0.5 * quad - 0.5 * logdet[None], dim=1)  # (B, K) responsibilities
+    s = torch.einsum("bk,bki->bi", r, sk)
+    H = -(r @ prec.reshape(len(weights), -1)).reshape(-1, x.shape[1], x.shape[1])
+    H = H + (sk * r[..., None]).transpose(1, 2) @ sk - s[:, :, None] * s[:, None, :]
+    return s, H
+
+# %% ../nbs/00_toolkit/14_diffusion.ipynb #46cee218
+@torch.no_grad()
+def cfg_ddim_sample(model: nn.Module, n: int, conds: Sequence[torch.Tensor], *, guidance: float, steps: int = 50,
+                    logsnr_min: float = -12.0, logsnr_max: float = 12.0, schedule: str = "cosine", seed: int = 0,
+                    device: str | torch.device = "cpu", record: bool = False):
+    """DDIM, Eq. (12), with classifier-free guidance ε_u + w (ε_c − ε_u), Eq. (16).
+
+    Same schedule, initial noise and update as `ddim_sample`; w = 1 and w = 0 reproduce it with every / no
+    condition kept. With `record=True` returns (x, rec): rec['z'], rec['eps_cond'], rec['eps_uncond'] of shape
+    (steps + 1, n, *shape) and rec['logsnr'] (steps + 1,), the evaluations sampling makes anyway."""
+    if schedule not in ("cosine", "linear"):
+        raise ValueError(f"unknown schedule {schedule!r}; allowed: cosine, linear")
+    if not getattr(model, "n_cond", 0):
+        raise ValueError("classifier-free guidance needs a conditional model (n_cond >= 1)")
+    sched = {"cosine": logsnr_cosine, "linear": logsnr_linear}[schedule]
+    gams = sched(torch.linspace(1, 0, steps + 1), logsnr_min, logsnr_max).tolist()    # γ_min → γ_max
+    g = torch.Generator().manual_seed(seed)
+    model.to(device).eval()
+    shape = (n,) + tuple(model.shape)
+    z = torch.randn(shape, generator=g).to(device)
+    conds = [c.to(device) for c in conds]
+    k_c, k_u = keep_bits(n, model.n_cond, range(model.n_cond), device), keep_bits(n, model.n_cond, (), device)
+    rec = {"z": [], "eps_cond": [], "eps_uncond": []}
+
+    def guided(z, gam):
+        e_c, e_u = _predict(model, z, gam, conds, k_c)[1], _predict(model, z, gam, conds, k_u)[1]
+        if record:
+            rec["z"].append(z); rec["eps_cond"].append(e_c); rec["eps_uncond"].append(e_u)
+        e = e_u + guidance * (e_c - e_u)
+        return eps_to_x(z, e, torch.full((n,), float(gam), device=z.device)), e
+
+    for gt, gs in zip(gams[:-1], gams[1:]):
+        xh, eh = guided(z, gt)
+        a_s, s_s = alpha_sigma(torch.tensor(gs))
+        z = a_s * xh + s_s * eh
+    x = guided(z, gams[-1])[0]
+    if not record:
+        return x
+    out = {k: torch.stack(v) for k, v in rec.items()}
+    out["logsnr"] = torch.tensor(gams, dtype=torch.float64)
+    return x, out
