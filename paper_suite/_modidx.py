@@ -822,6 +822,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                               'paper_suite/diffusion.py'),
                                        'paper_suite.diffusion.cfg_ddim_sample': ( '00_toolkit/diffusion.html#cfg_ddim_sample',
                                                                                   'paper_suite/diffusion.py'),
+                                       'paper_suite.diffusion.ddim_invert': ( '00_toolkit/diffusion.html#ddim_invert',
+                                                                              'paper_suite/diffusion.py'),
                                        'paper_suite.diffusion.ddim_sample': ( '00_toolkit/diffusion.html#ddim_sample',
                                                                               'paper_suite/diffusion.py'),
                                        'paper_suite.diffusion.ddpm_sample': ( '00_toolkit/diffusion.html#ddpm_sample',
