@@ -15,8 +15,8 @@ import torch.nn.functional as F
 __all__ = ['alpha_sigma', 'add_noise', 'logsnr_linear', 'logsnr_cosine', 'logistic_logpdf', 'sample_logsnr',
            'gaussian_posterior_mean', 'gaussian_mmse_curve', 'eps_to_x', 'x_to_eps', 'eps_mse_to_x_mmse',
            'LogSNREmbedding', 'drop_conditions', 'keep_bits', 'CondMLPDenoiser', 'CondConvDenoiser', 'train_denoiser',
-           'denoising_errors', 'ddim_sample', 'ddpm_sample', 'GaussianDenoiser', 'gmm_noised', 'gmm_score_hessian',
-           'cfg_ddim_sample']
+           'denoising_errors', 'ddim_sample', 'ddpm_sample', 'GaussianDenoiser', 'ddim_invert', 'gmm_noised',
+           'gmm_score_hessian', 'cfg_ddim_sample']
 
 # %% ../nbs/00_toolkit/14_diffusion.ipynb #17503771
 def alpha_sigma(logsnr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -340,6 +340,26 @@ class GaussianDenoiser(nn.Module):
 
     def forward(self, z, logsnr, conds=(), keep=None):
         return gaussian_posterior_mean(z.double(), logsnr.double(), self.cov.double()).to(z.dtype)
+
+# %% ../nbs/00_toolkit/14_diffusion.ipynb #071b8b23
+@torch.no_grad()
+def ddim_invert(model: nn.Module, x: torch.Tensor, conds: Sequence[torch.Tensor] = (), keep: torch.Tensor | None = None,
+                *, steps: int = 50, logsnr_min: float = -12.0, logsnr_max: float = 12.0, schedule: str = "cosine",
+                device: str | torch.device = "cpu") -> torch.Tensor:
+    """DDIM inversion, Eq. (12b): `ddim_sample`'s update run from x (at γ_max) to γ_min; the initial noise giving x."""
+    if schedule not in ("cosine", "linear"):
+        raise ValueError(f"unknown schedule {schedule!r}; allowed: cosine, linear")
+    sched = {"cosine": logsnr_cosine, "linear": logsnr_linear}[schedule]
+    gams = sched(torch.linspace(0, 1, steps + 1), logsnr_min, logsnr_max).tolist()        # γ_max → γ_min
+    model.to(device).eval()
+    z = x.to(device).clone()
+    conds = [c.to(device) for c in conds]
+    keep = keep.to(device) if keep is not None else None
+    for gs, gt in zip(gams[:-1], gams[1:]):
+        xh, eh = _predict(model, z, gs, conds, keep)
+        a_t, s_t = alpha_sigma(torch.tensor(gt))
+        z = a_t * xh + s_t * eh
+    return z
 
 # %% ../nbs/00_toolkit/14_diffusion.ipynb #59e369af
 def gmm_noised(weights: torch.Tensor, means: torch.Tensor, covs: torch.Tensor,
