@@ -16,7 +16,8 @@ import torch.nn.functional as F
 # %% auto #0
 __all__ = ['CharTokenizer', 'split_ids', 'get_batch', 'GPTConfig', 'CausalSelfAttention', 'MLP', 'Block', 'GPT', 'capture',
            'mlp_act_names', 'residual_names', 'pattern_names', 'repeated_segment_batch', 'induction_score',
-           'prev_token_score', 'train_lm', 'eval_lm', 'head_weights', 'hooked_copy']
+           'prev_token_score', 'train_lm', 'eval_lm', 'head_weights', 'hooked_copy', 'hidden_states', 'logit_lens',
+           'forward_from', 'lens_scores', 'AffineLens', 'fit_affine_lens']
 
 # %% ../nbs/00_toolkit/04_tinytf.ipynb #0145b214
 class CharTokenizer:
@@ -325,3 +326,66 @@ def hooked_copy(model: GPT):
     sd["unembed.W_U"], sd["unembed.b_U"] = model.head.weight.T, torch.zeros(c.vocab_size)
     h.load_state_dict({k: v.detach().clone() for k, v in sd.items()})
     return h.eval()
+
+# %% ../nbs/00_toolkit/04_tinytf.ipynb #03389c31
+def hidden_states(model: GPT, idx: torch.Tensor) -> list[torch.Tensor]:
+    """The residual stream h_0 (embeddings), h_1, ..., h_L (after each block) of a tinytf GPT."""
+    x = model.tok(idx) + model.pos(torch.arange(idx.shape[1], device=idx.device))
+    hs = [x]
+    for blk in model.blocks:
+        x = blk(x)
+        hs.append(x)
+    return hs
+
+
+def logit_lens(model: GPT, h: torch.Tensor) -> torch.Tensor:
+    """Logit lens, Eq. (4): the model's own read-out W_U LN_f(h_l) applied to an intermediate state."""
+    return model.head(model.ln_f(h))
+
+
+def forward_from(model: GPT, h: torch.Tensor, start: int) -> torch.Tensor:
+    """Final logits when the residual stream after `start` blocks is h (run blocks start..L-1)."""
+    for blk in model.blocks[start:]:
+        h = blk(h)
+    return model.head(model.ln_f(h))
+
+
+def lens_scores(lens_logits: torch.Tensor, final_logits: torch.Tensor) -> tuple[float, float]:
+    """(top-1 agreement with the final prediction, mean KL(p_L || p_l) in nats), Eq. (5)."""
+    agree = (lens_logits.argmax(-1) == final_logits.argmax(-1)).double().mean()
+    kl = F.kl_div(lens_logits.log_softmax(-1), final_logits.log_softmax(-1), log_target=True, reduction="none").sum(-1)
+    return float(agree), float(kl.mean())
+
+# %% ../nbs/00_toolkit/04_tinytf.ipynb #2cdfe9d4
+class AffineLens(nn.Module):
+    """Tuned-lens baseline: per layer an affine map A_l h + b_l (identity at init) before LN_f and E, Eq. (6)."""
+    def __init__(self, d_model: int, n_layers: int):
+        super().__init__()
+        self.maps = nn.ModuleList(nn.Linear(d_model, d_model) for _ in range(n_layers))
+        for m in self.maps:
+            nn.init.eye_(m.weight)
+            nn.init.zeros_(m.bias)
+
+    def forward(self, model: GPT, h: torch.Tensor, layer: int) -> torch.Tensor:
+        return model.head(model.ln_f(self.maps[layer](h)))
+
+
+def fit_affine_lens(model: GPT, hs: list[torch.Tensor], final_logits: torch.Tensor, *, steps: int = 200,
+                    lr: float = 1e-2, seed: int = 0) -> AffineLens:
+    """Train one affine map per layer to minimise KL(p_L || p_l) on states hs[l] (model frozen), Eq. (6)."""
+    torch.manual_seed(seed)
+    hs = [h.detach() for h in hs]
+    lens = AffineLens(hs[0].shape[-1], len(hs)).to(hs[0].device)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    target = final_logits.detach().log_softmax(-1)
+    opt = torch.optim.Adam(lens.parameters(), lr=lr)
+    for _ in range(steps):
+        loss = sum(F.kl_div(lens(model, h, l).log_softmax(-1), target, log_target=True, reduction="batchmean")
+                   for l, h in enumerate(hs))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return lens.eval()

@@ -7,15 +7,13 @@ import math
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-from ..tinytf import GPT, get_batch
+from ..tinytf import GPT, get_batch, hidden_states
 
 # %% auto #0
 __all__ = ['MODES', 'gem_target', 'free_energy', 'gem_loss', 'project_simplex', 'distance_to_hull', 'reliability', 'ece',
-           'anisotropy', 'hidden_states', 'logit_lens', 'forward_from', 'remove_direction', 'lens_scores', 'AffineLens',
-           'fit_affine_lens', 'regularised_loss', 'train_regularised', 'markov_corpus']
+           'anisotropy', 'remove_direction', 'regularised_loss', 'train_regularised', 'markov_corpus']
 
 # %% ../../nbs/02_interpretability/gem.ipynb #gem00006
 def gem_target(u: torch.Tensor, E: torch.Tensor) -> torch.Tensor:
@@ -88,73 +86,10 @@ def anisotropy(H: torch.Tensor) -> torch.Tensor:
     return ((s @ s) - n) / (n * (n - 1))
 
 # %% ../../nbs/02_interpretability/gem.ipynb #gem00017
-def hidden_states(model: GPT, idx: torch.Tensor) -> list[torch.Tensor]:
-    """The residual stream h_0 (embeddings), h_1, ..., h_L (after each block) of a tinytf GPT."""
-    x = model.tok(idx) + model.pos(torch.arange(idx.shape[1], device=idx.device))
-    hs = [x]
-    for blk in model.blocks:
-        x = blk(x)
-        hs.append(x)
-    return hs
-
-
-def logit_lens(model: GPT, h: torch.Tensor) -> torch.Tensor:
-    """Logit lens, Eq. (12): the untuned read-out E LN_f(h_l) applied to an intermediate state."""
-    return model.head(model.ln_f(h))
-
-
-def forward_from(model: GPT, h: torch.Tensor, start: int) -> torch.Tensor:
-    """Final logits when the residual stream after `start` blocks is h (run blocks start..L-1)."""
-    for blk in model.blocks[start:]:
-        h = blk(h)
-    return model.head(model.ln_f(h))
-
-
 def remove_direction(h: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
     """h minus its component along e (row-wise), Eq. (14)."""
     e = F.normalize(e, dim=-1)
     return h - (h * e).sum(-1, keepdim=True) * e
-
-
-def lens_scores(lens_logits: torch.Tensor, final_logits: torch.Tensor) -> tuple[float, float]:
-    """(top-1 agreement with the final prediction, mean KL(p_L || p_l) in nats), Eq. (13)."""
-    agree = (lens_logits.argmax(-1) == final_logits.argmax(-1)).double().mean()
-    kl = F.kl_div(lens_logits.log_softmax(-1), final_logits.log_softmax(-1), log_target=True, reduction="none").sum(-1)
-    return float(agree), float(kl.mean())
-
-# %% ../../nbs/02_interpretability/gem.ipynb #gem00018
-class AffineLens(nn.Module):
-    """Tuned-lens baseline: per layer an affine map A_l h + b_l (identity at init) before LN_f and E, Eq. (15)."""
-    def __init__(self, d_model: int, n_layers: int):
-        super().__init__()
-        self.maps = nn.ModuleList(nn.Linear(d_model, d_model) for _ in range(n_layers))
-        for m in self.maps:
-            nn.init.eye_(m.weight)
-            nn.init.zeros_(m.bias)
-
-    def forward(self, model: GPT, h: torch.Tensor, layer: int) -> torch.Tensor:
-        return model.head(model.ln_f(self.maps[layer](h)))
-
-
-def fit_affine_lens(model: GPT, hs: list[torch.Tensor], final_logits: torch.Tensor, *, steps: int = 200,
-                    lr: float = 1e-2, seed: int = 0) -> AffineLens:
-    """Train one affine map per layer to minimise KL(p_L || p_l) on states hs[l] (model frozen), Eq. (15)."""
-    torch.manual_seed(seed)
-    hs = [h.detach() for h in hs]
-    lens = AffineLens(hs[0].shape[-1], len(hs)).to(hs[0].device)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    target = final_logits.detach().log_softmax(-1)
-    opt = torch.optim.Adam(lens.parameters(), lr=lr)
-    for _ in range(steps):
-        loss = sum(F.kl_div(lens(model, h, l).log_softmax(-1), target, log_target=True, reduction="batchmean")
-                   for l, h in enumerate(hs))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    for p in model.parameters():
-        p.requires_grad_(True)
-    return lens.eval()
 
 # %% ../../nbs/02_interpretability/gem.ipynb #gem00020
 MODES = ("ce", "gem", "gem_nosg", "gem_all", "ls", "disp")

@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from paper_suite.tinytf import GPT, CharTokenizer, GPTConfig, capture, get_batch, mlp_act_names, split_ids
+from paper_suite.tinytf import (GPT, AffineLens, CharTokenizer, GPTConfig, capture, fit_affine_lens, forward_from, get_batch,
+                                 hidden_states, lens_scores, logit_lens, mlp_act_names, split_ids)
 
 
 def _manual_block_attention(attn, u, n_head):
@@ -142,3 +143,34 @@ def test_induction_and_previous_token_scores_match_loops():
     assert torch.allclose(induction_score(pat, x, mask), _loop_induction(pat, x, mask), atol=1e-6)
     ref = torch.stack([pat[:, :, q, q - 1] for q in range(1, 16)], -1).mean((0, 2))
     assert torch.allclose(prev_token_score(pat), ref, atol=1e-7)
+
+
+@pytest.fixture
+def tiny_lm():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=13, block_size=8, n_layer=3, d_model=16, n_head=2)).eval()
+    return m, torch.randint(13, (4, 8))
+
+
+def test_lens_and_forward_from_match_the_model(tiny_lm):
+    m, x = tiny_lm
+    hs = hidden_states(m, x)
+    assert len(hs) == 4
+    logits = m(x)[0]
+    torch.testing.assert_close(logit_lens(m, hs[-1]), logits)
+    for l in range(4):
+        torch.testing.assert_close(forward_from(m, hs[l], l), logits)
+    agree, kl = lens_scores(logits, logits)
+    assert agree == 1.0 and abs(kl) < 1e-6
+
+
+def test_affine_lens_starts_as_logit_lens_and_improves_kl(tiny_lm):
+    m, x = tiny_lm
+    hs = [h.flatten(0, 1) for h in hidden_states(m, x)]
+    final = logit_lens(m, hs[-1])
+    torch.testing.assert_close(AffineLens(16, 4)(m, hs[1], 1), logit_lens(m, hs[1]))
+    lens = fit_affine_lens(m, hs, final, steps=60, seed=0)
+    with torch.no_grad():
+        before, after = lens_scores(logit_lens(m, hs[1]), final)[1], lens_scores(lens(m, hs[1], 1), final)[1]
+    assert after < before
+    assert all(p.requires_grad for p in m.parameters())
