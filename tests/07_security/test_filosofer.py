@@ -56,13 +56,12 @@ def test_fisher_diagonal_skips_frozen_and_keeps_float32():
 
 
 def test_true_fisher_of_last_layer_closed_form():
-    # logits = W h: d log p_c / dW = (e_c - p) h^T, so E_c[.^2] = (p (1-p)^2 + sum_{c'} p_c' p^2 - ...) ; use covariance form
+    # logits = W h + b: d log p_c / dW_kj = (1[c=k] - p_k) h_j, and E_{c~p}[(1[c=k] - p_k)^2] = p_k (1 - p_k)
     m = small_model()
     X = torch.randn(7, 4, dtype=torch.float64)
     with torch.no_grad():
         h = torch.relu(m[0](X))
         p = torch.softmax(m(X), -1)
-    # E_c[(1[c=k] - p_k)^2] = p_k (1 - p_k)
     ref = ((p * (1 - p)).T @ (h ** 2)) / len(X)
     assert torch.allclose(fisher_diagonal(m, X)["2.weight"], ref, atol=1e-12)
 
