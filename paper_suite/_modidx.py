@@ -1025,6 +1025,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                        'paper_suite.diffusion._predict': ('00_toolkit/diffusion.html#_predict', 'paper_suite/diffusion.py'),
                                        'paper_suite.diffusion._sample': ('00_toolkit/diffusion.html#_sample', 'paper_suite/diffusion.py'),
                                        'paper_suite.diffusion._skip': ('00_toolkit/diffusion.html#_skip', 'paper_suite/diffusion.py'),
+                                       'paper_suite.diffusion._start': ('00_toolkit/diffusion.html#_start', 'paper_suite/diffusion.py'),
                                        'paper_suite.diffusion.add_noise': ( '00_toolkit/diffusion.html#add_noise',
                                                                             'paper_suite/diffusion.py'),
                                        'paper_suite.diffusion.alpha_sigma': ( '00_toolkit/diffusion.html#alpha_sigma',

@@ -309,14 +309,18 @@ def ddpm_sample(model: nn.Module, n: int, conds: Sequence[torch.Tensor] = (), ke
     return _sample(model, n, conds, keep, steps, logsnr_min, logsnr_max, schedule, seed, device, ancestral=True)
 
 
-def _sample(model, n, conds, keep, steps, lo, hi, schedule, seed, device, ancestral):
+def _start(model, n, conds, steps, lo, hi, schedule, seed, device):
+    """What every sampler starts from: the log-SNR grid γ_min → γ_max, seeded noise z and the conditions."""
     sched = {"cosine": logsnr_cosine, "linear": logsnr_linear}[schedule]
-    gams = sched(torch.linspace(1, 0, steps + 1), lo, hi).tolist()        # γ_min → γ_max
+    gams = sched(torch.linspace(1, 0, steps + 1), lo, hi).tolist()
     g = torch.Generator().manual_seed(seed)
     model.to(device).eval()
-    shape = (n,) + tuple(model.shape)
-    z = torch.randn(shape, generator=g).to(device)
-    conds = [c.to(device) for c in conds]
+    z = torch.randn((n,) + tuple(model.shape), generator=g).to(device)
+    return gams, z, [c.to(device) for c in conds], g
+
+
+def _sample(model, n, conds, keep, steps, lo, hi, schedule, seed, device, ancestral):
+    gams, z, conds, g = _start(model, n, conds, steps, lo, hi, schedule, seed, device)
     keep = keep.to(device) if keep is not None else None
     for gt, gs in zip(gams[:-1], gams[1:]):
         xh, eh = _predict(model, z, gt, conds, keep)
@@ -327,7 +331,7 @@ def _sample(model, n, conds, keep, steps, lo, hi, schedule, seed, device, ancest
             a_ts = a_t / a_s
             v_ts = s_t**2 - a_ts**2 * s_s**2
             mean = a_ts * s_s**2 / s_t**2 * z + a_s * v_ts / s_t**2 * xh
-            z = mean + (v_ts * s_s**2 / s_t**2).sqrt() * torch.randn(shape, generator=g).to(device)
+            z = mean + (v_ts * s_s**2 / s_t**2).sqrt() * torch.randn(z.shape, generator=g).to(device)
     return _predict(model, z, gams[-1], conds, keep)[0]
 
 # %% ../nbs/00_toolkit/14_diffusion.ipynb #a5b53570
@@ -402,13 +406,7 @@ def cfg_ddim_sample(model: nn.Module, n: int, conds: Sequence[torch.Tensor], *, 
         raise ValueError(f"unknown schedule {schedule!r}; allowed: cosine, linear")
     if not getattr(model, "n_cond", 0):
         raise ValueError("classifier-free guidance needs a conditional model (n_cond >= 1)")
-    sched = {"cosine": logsnr_cosine, "linear": logsnr_linear}[schedule]
-    gams = sched(torch.linspace(1, 0, steps + 1), logsnr_min, logsnr_max).tolist()    # γ_min → γ_max
-    g = torch.Generator().manual_seed(seed)
-    model.to(device).eval()
-    shape = (n,) + tuple(model.shape)
-    z = torch.randn(shape, generator=g).to(device)
-    conds = [c.to(device) for c in conds]
+    gams, z, conds, _ = _start(model, n, conds, steps, logsnr_min, logsnr_max, schedule, seed, device)
     k_c, k_u = keep_bits(n, model.n_cond, range(model.n_cond), device), keep_bits(n, model.n_cond, (), device)
     rec = {"z": [], "eps_cond": [], "eps_uncond": []}
 
