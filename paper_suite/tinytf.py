@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 __all__ = ['CharTokenizer', 'split_ids', 'get_batch', 'GPTConfig', 'CausalSelfAttention', 'MLP', 'Block', 'GPT', 'capture',
            'mlp_act_names', 'residual_names', 'pattern_names', 'repeated_segment_batch', 'induction_score',
            'prev_token_score', 'train_lm', 'eval_lm', 'head_weights', 'hooked_copy', 'hidden_states', 'logit_lens',
-           'forward_from', 'lens_scores', 'AffineLens', 'fit_affine_lens']
+           'forward_from', 'lens_scores', 'AffineLens', 'fit_affine_lens', 'WordTokenizer', 'answer_logprob']
 
 # %% ../nbs/00_toolkit/04_tinytf.ipynb #0145b214
 class CharTokenizer:
@@ -389,3 +389,53 @@ def fit_affine_lens(model: GPT, hs: list[torch.Tensor], final_logits: torch.Tens
     for p in model.parameters():
         p.requires_grad_(True)
     return lens.eval()
+
+# %% ../nbs/00_toolkit/04_tinytf.ipynb #82c9b513
+class WordTokenizer:
+    """Maps each distinct whitespace-separated word of a corpus (plus `specials`) to an id, in sorted order."""
+    def __init__(self, text: str, specials: Sequence[str] = ()):
+        self.words = sorted(set(text.split()) | set(specials))
+        self.stoi = {w: i for i, w in enumerate(self.words)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.words)
+
+    def encode(self, text: str) -> torch.Tensor:
+        try:
+            return torch.tensor([self.stoi[w] for w in text.split()], dtype=torch.long)
+        except KeyError as e:
+            raise KeyError(f"word {e.args[0]!r} is not in the vocabulary of {self.vocab_size} words") from None
+
+    def decode(self, ids) -> str:
+        return " ".join(self.words[int(i)] for i in ids)
+
+
+def answer_logprob(model: GPT, prompt_ids: Sequence[torch.Tensor], answer_ids: Sequence[torch.Tensor],
+                   batch: int = 256) -> torch.Tensor:
+    """(n,) log p(answer_i | prompt_i) of Eq. (7): Σ_t log p(a_t | prompt, a_<t), items right-padded in batches.
+
+    Differentiable unless called under `torch.no_grad()`; the result lives on the model's device."""
+    if len(prompt_ids) != len(answer_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(answer_ids)} answers")
+    block = model.cfg.block_size
+    for p, a in zip(prompt_ids, answer_ids):
+        if p.ndim != 1 or a.ndim != 1 or len(p) < 1:
+            raise ValueError("prompts and answers are 1-D id tensors, every prompt at least one token long")
+        if len(p) + len(a) > block:
+            raise ValueError(f"prompt + answer has {len(p) + len(a)} tokens; the model's block size is {block}")
+    dev = next(model.parameters()).device
+    out = []
+    for s in range(0, len(prompt_ids), batch):
+        ps, as_ = prompt_ids[s:s + batch], answer_ids[s:s + batch]
+        L = max(len(p) + len(a) for p, a in zip(ps, as_))
+        seq = torch.zeros(len(ps), L, dtype=torch.long)
+        mask = torch.zeros(len(ps), L, dtype=torch.bool)   # mask[i, t]: token t + 1 is an answer token
+        for i, (p, a) in enumerate(zip(ps, as_)):
+            seq[i, :len(p) + len(a)] = torch.cat([p, a]).cpu()
+            mask[i, len(p) - 1:len(p) + len(a) - 1] = True
+        seq, mask = seq.to(dev), mask.to(dev)
+        logp = model(seq)[0][:, :-1].log_softmax(-1)
+        tok = logp.gather(-1, seq[:, 1:, None])[..., 0]
+        out.append((tok * mask[:, :-1]).sum(1))
+    return torch.cat(out) if out else torch.zeros(0, device=dev)

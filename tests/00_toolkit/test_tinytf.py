@@ -174,3 +174,42 @@ def test_affine_lens_starts_as_logit_lens_and_improves_kl(tiny_lm):
         before, after = lens_scores(logit_lens(m, hs[1]), final)[1], lens_scores(lens(m, hs[1], 1), final)[1]
     assert after < before
     assert all(p.requires_grad for p in m.parameters())
+
+
+def test_word_tokenizer_round_trip_and_unknown_word():
+    from paper_suite.tinytf import WordTokenizer
+    tk = WordTokenizer("b a c a .", specials=["<pad>"])
+    assert tk.words == [".", "<pad>", "a", "b", "c"] and tk.vocab_size == 5
+    assert tk.encode("a b .").tolist() == [2, 3, 0] and tk.decode(tk.encode("c a")) == "c a"
+    with pytest.raises(KeyError, match="not in the vocabulary"):
+        tk.encode("a zebra")
+
+
+def test_answer_logprob_against_one_at_a_time_scoring():
+    from paper_suite.tinytf import answer_logprob
+    torch.manual_seed(4)
+    m = GPT(GPTConfig(vocab_size=12, block_size=9, n_layer=2, n_head=2, d_model=16)).eval()
+    g = torch.Generator().manual_seed(0)
+    ps = [torch.randint(12, (int(torch.randint(1, 5, (1,), generator=g)),), generator=g) for _ in range(7)]
+    as_ = [torch.randint(12, (int(torch.randint(0, 5, (1,), generator=g)),), generator=g) for _ in range(7)]
+    with torch.no_grad():
+        got = answer_logprob(m, ps, as_, batch=3)
+        for p, a, v in zip(ps, as_, got):
+            seq = torch.cat([p, a])[None]
+            lp = torch.log_softmax(m(seq)[0][0], -1)
+            ref = sum(float(lp[len(p) - 1 + t, a[t]]) for t in range(len(a)))
+            assert abs(float(v) - ref) < 1e-5
+    assert got.shape == (7,)
+    # differentiable outside no_grad
+    lp = answer_logprob(m, ps[:2], as_[:2])
+    lp.sum().backward()
+    assert m.tok.weight.grad is not None
+
+
+def test_answer_logprob_rejects_overlong_items():
+    from paper_suite.tinytf import answer_logprob
+    m = GPT(GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, d_model=8))
+    with pytest.raises(ValueError, match="block size"):
+        answer_logprob(m, [torch.tensor([1, 2, 3])], [torch.tensor([1, 2])])
+    with pytest.raises(ValueError, match="at least one token"):
+        answer_logprob(m, [torch.tensor([], dtype=torch.long)], [torch.tensor([1])])
