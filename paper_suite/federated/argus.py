@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from ..flower import FitReply, flower_fit     # first: it imports Flower with its telemetry off
+from .. import backdoor
+from ..backdoor import mad_anomaly_index
 
 from flwr.common import FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.client_proxy import ClientProxy
@@ -17,9 +19,12 @@ from flwr.server.strategy import FedAvg
 from flwr.server.strategy.aggregate import aggregate_krum, aggregate_median, aggregate_trimmed_avg
 from skimage.metrics import structural_similarity
 
+_all_ = ["mad_anomaly_index"]     # the toolkit's, re-exported unchanged
+
 # %% auto #0
-__all__ = ['mh_weights', 'stamp', 'mad_anomaly_index', 'mlp_shapes', 'mlp_forward', 'mlp_init', 'neural_cleanse', 'pairwise_ssim',
-           'collaborative_test', 'consensus_rates', 'MixingStrategy', 'flower_gossip_row', 'robust_mix', 'run_dpsgd']
+__all__ = ['mh_weights', 'stamp', 'mlp_shapes', 'mlp_forward', 'mlp_init', 'neural_cleanse', 'pairwise_ssim',
+           'collaborative_test', 'consensus_rates', 'MixingStrategy', 'flower_gossip_row', 'robust_mix', 'run_dpsgd',
+           'mad_anomaly_index']
 
 # %% ../../nbs/04_federated/argus.ipynb #2e9f8138
 def mh_weights(adj: np.ndarray, accepted: np.ndarray | None = None) -> np.ndarray:
@@ -41,18 +46,9 @@ def mh_weights(adj: np.ndarray, accepted: np.ndarray | None = None) -> np.ndarra
 
 # %% ../../nbs/04_federated/argus.ipynb #f779f983
 def stamp(x: torch.Tensor, size: int = 2, side: int = 8, value: float = 1.0) -> torch.Tensor:
-    """BadNets trigger: a `size`×`size` patch of `value` in the bottom-right corner of flattened side×side images."""
-    img = x.reshape(*x.shape[:-1], side, side).clone()
-    img[..., side - size:, side - size:] = value
-    return img.reshape(x.shape)
-
-
-def mad_anomaly_index(norms) -> np.ndarray:
-    """Anomaly index of Eq. (5) for per-target mask L1 norms (last axis); > 2 flags a target."""
-    n = np.asarray(norms, dtype=np.float64)
-    med = np.median(n, axis=-1, keepdims=True)
-    mad = 1.4826 * np.median(np.abs(n - med), axis=-1, keepdims=True)
-    return (med - n) / np.maximum(mad, 1e-12)
+    """BadNets trigger: a `size`×`size` patch of `value` in the bottom-right corner of flattened side×side images
+    (the toolkit's `paper_suite.backdoor.stamp` with this chapter's default side)."""
+    return backdoor.stamp(x, size, side, value)
 
 # %% ../../nbs/04_federated/argus.ipynb #539045c3
 def mlp_shapes(d_in: int, hidden: int, k: int) -> list[tuple[int, ...]]:
@@ -84,26 +80,13 @@ def mlp_init(n: int, shapes: Sequence[tuple[int, ...]], seed: int, dtype=torch.f
 
 def neural_cleanse(theta: torch.Tensor, x: torch.Tensor, shapes: Sequence[tuple[int, ...]], k: int, steps: int,
                    lr: float, lam: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eq. (4) for m models and all k targets at once: theta (m, d), clean x (m, B, d_in).
+    """Eq. (4) for m models and all k targets at once: theta (m, d), clean x (m, B, d_in); the toolkit's
+    `paper_suite.backdoor.neural_cleanse` with one problem per model along the leading axis.
 
     Returns masks and patterns, (m, k, d_in) each, in [0, 1]."""
-    m, B, d_in = x.shape
-    g = torch.Generator().manual_seed(seed)
-    a = (torch.randn(m, k, d_in, generator=g, dtype=x.dtype) * 0.1 - 2.0).to(x.device).requires_grad_()
-    b = (torch.randn(m, k, d_in, generator=g, dtype=x.dtype) * 0.1).to(x.device).requires_grad_()
-    tgt = torch.arange(k, device=x.device).repeat_interleave(B).expand(m, -1)
-    opt = torch.optim.Adam([a, b], lr=lr)
     th = theta.detach()
-    for _ in range(steps):
-        mask, pat = torch.sigmoid(a), torch.sigmoid(b)
-        xs = (1 - mask[:, :, None]) * x[:, None] + (mask * pat)[:, :, None]          # (m, k, B, d_in)
-        logits = mlp_forward(th, xs.reshape(m, k * B, d_in), shapes)
-        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none")
-        loss = ce.reshape(m, k, B).mean(-1) + lam * mask.sum(-1)
-        opt.zero_grad()
-        loss.sum().backward()
-        opt.step()
-    return torch.sigmoid(a).detach(), torch.sigmoid(b).detach()
+    res = backdoor.neural_cleanse(lambda z: mlp_forward(th, z, shapes), x, k, steps, lr, lam, seed, lead=1)
+    return res.masks, res.patterns
 
 # %% ../../nbs/04_federated/argus.ipynb #78d811bf
 def pairwise_ssim(patterns, win_size: int = 5) -> np.ndarray:
