@@ -12,39 +12,10 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 
 # %% auto #0
-__all__ = ['fisher_diagonal', 'kfac_quadratic', 'kfac_factors', 'fisher_obfuscation', 'lora_restore', 'tee_flops']
+__all__ = ['kfac_quadratic', 'kfac_factors', 'fisher_obfuscation', 'lora_restore', 'tee_flops']
 
 # %% ../../nbs/07_security/filosofer.ipynb #fdff0675
-def fisher_diagonal(model: nn.Module, X: Tensor, y: Tensor | None = None, batch: int = 256) -> dict[str, Tensor]:
-    """Diagonal Fisher of a logit model, Eq. (3): mean over samples of squared per-sample gradients of
-    log softmax(model(x)) at label y (empirical), or with y=None the exact expectation over the model's classes
-    (true Fisher). Keyed like model.named_parameters() (trainable ones), each the shape (and dtype) of its parameter."""
-    params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
-    buffers = {k: v.detach() for k, v in model.named_buffers()}
-    if X.shape[0] == 0:
-        raise ValueError("fisher_diagonal needs at least one sample")
-
-    def logp(p, x, c):
-        out = functional_call(model, (p, buffers), (x.unsqueeze(0),))
-        return torch.log_softmax(out, -1)[0].gather(0, c.reshape(1))[0]
-
-    g_fn = vmap(grad(logp), in_dims=(None, 0, 0))
-    acc = {k: torch.zeros_like(v) for k, v in params.items()}
-    for i in range(0, X.shape[0], batch):
-        xb = X[i:i + batch]
-        if y is not None:
-            g = g_fn(params, xb, y[i:i + batch])
-            for k in acc:
-                acc[k] += (g[k] ** 2).sum(0)
-            continue
-        with torch.no_grad():
-            prob = torch.softmax(functional_call(model, (params, buffers), (xb,)), -1)
-        for c in range(prob.shape[1]):
-            g = g_fn(params, xb, torch.full((xb.shape[0],), c, dtype=torch.long, device=xb.device))
-            for k in acc:
-                w = prob[:, c].reshape(-1, *([1] * (g[k].dim() - 1)))
-                acc[k] += (w * g[k] ** 2).sum(0)
-    return {k: v / X.shape[0] for k, v in acc.items()}
+from ..curvature import fisher_diagonal  # noqa: F401  (Eq. 3; the toolkit page `curvature`, Eq. 6)
 
 # %% ../../nbs/07_security/filosofer.ipynb #fc2d7281
 def kfac_quadratic(delta: Tensor, A: Tensor, G: Tensor) -> Tensor:
