@@ -14,8 +14,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['CharTokenizer', 'split_ids', 'get_batch', 'GPTConfig', 'CausalSelfAttention', 'MLP', 'Block', 'GPT', 'capture',
-           'mlp_act_names', 'residual_names', 'pattern_names', 'repeated_segment_batch', 'induction_score',
+__all__ = ['CharTokenizer', 'split_ids', 'get_batch', 'GPTConfig', 'CausalSelfAttention', 'MLP', 'Block', 'GPT', 'embed_onehot',
+           'capture', 'mlp_act_names', 'residual_names', 'pattern_names', 'repeated_segment_batch', 'induction_score',
            'prev_token_score', 'train_lm', 'eval_lm', 'head_weights', 'hooked_copy', 'hidden_states', 'logit_lens',
            'forward_from', 'lens_scores', 'AffineLens', 'fit_affine_lens', 'WordTokenizer', 'answer_logprob']
 
@@ -154,6 +154,20 @@ class GPT(nn.Module):
         logits = self.head(self.ln_f(x))
         loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         return logits, loss
+
+# %% ../nbs/00_toolkit/04_tinytf.ipynb #e1b0a7d2
+def embed_onehot(model: GPT, onehot: torch.Tensor) -> torch.Tensor:
+    """h_0 = O W_E + W_pos[:T] for one-hot (or any soft) token rows O (B, T, vocab), differentiable in O.
+
+    For exact one-hot rows this equals `model.tok(idx) + model.pos(arange(T))`, the embedding of `GPT.forward`
+    (forward hooks registered on `model.tok` are not applied)."""
+    if onehot.dim() != 3 or onehot.shape[-1] != model.cfg.vocab_size:
+        raise ValueError(f"expected one-hot rows (B, T, {model.cfg.vocab_size}), got {tuple(onehot.shape)}")
+    T = onehot.shape[1]
+    if not 1 <= T <= model.cfg.block_size:
+        raise ValueError(f"sequence length must be in 1..{model.cfg.block_size}, got {T}")
+    W = model.tok.weight
+    return onehot.to(W.dtype) @ W + model.pos(torch.arange(T, device=onehot.device))
 
 # %% ../nbs/00_toolkit/04_tinytf.ipynb #b69e9e9a
 @contextlib.contextmanager

@@ -213,3 +213,24 @@ def test_answer_logprob_rejects_overlong_items():
         answer_logprob(m, [torch.tensor([1, 2, 3])], [torch.tensor([1, 2])])
     with pytest.raises(ValueError, match="at least one token"):
         answer_logprob(m, [torch.tensor([], dtype=torch.long)], [torch.tensor([1])])
+def test_embed_onehot_is_the_models_embedding_and_differentiable():
+    from paper_suite.tinytf import embed_onehot
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=9, block_size=8, n_layer=2, n_head=2, d_model=8)).eval()
+    x = torch.randint(9, (3, 5))
+    oh = torch.nn.functional.one_hot(x, 9).float().requires_grad_(True)
+    h0 = embed_onehot(m, oh)
+    assert torch.equal(h0, m.tok(x) + m.pos(torch.arange(5)))
+    logits = forward_from(m, h0, 0)
+    torch.testing.assert_close(logits, m(x)[0])
+    logits[0, -1, 2].backward()
+    # Eq. (2) of the chapter: the one-hot gradient is the embedding gradient times W_E^T (finite difference check)
+    g = oh.grad[0, 1]
+    for v in (0, 4):
+        oh2 = oh.detach().clone(); oh2[0, 1, v] += 1e-3
+        fd = (forward_from(m, embed_onehot(m, oh2), 0)[0, -1, 2] - logits[0, -1, 2]).item() / 1e-3
+        assert abs(fd - g[v].item()) < 1e-2
+    with pytest.raises(ValueError, match="one-hot rows"):
+        embed_onehot(m, torch.zeros(2, 5, 8))
+    with pytest.raises(ValueError, match="sequence length"):
+        embed_onehot(m, torch.zeros(1, 9, 9))
