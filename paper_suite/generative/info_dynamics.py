@@ -18,7 +18,7 @@ __all__ = ['gaussian_mmse', 'gaussian_mutual_information', 'feature_information_
            'sign_feature_information', 'sign_feature_density', 'sign_band_density', 'chained_densities',
            'nested_envelope', 'single_envelope', 'between_class_top_variance', 'standardize', 'dct_bands',
            'power_law_spectrum', 'dct2', 'idct2', 'gaussian_field', 'band_sign_features', 'train_and_measure',
-           'make_shapes', 'train_autoencoder', 'train_classifier_encoder', 'pca_whiten']
+           'train_autoencoder', 'train_classifier_encoder', 'pca_whiten']
 
 # %% ../../nbs/03_generative/info_dynamics.ipynb #da4b16c9
 def _eig(cov) -> np.ndarray:
@@ -197,34 +197,7 @@ def train_and_measure(x: torch.Tensor, conds: Sequence[torch.Tensor], x_eval: to
     return model.cpu(), errs, losses
 
 # %% ../../nbs/03_generative/info_dynamics.ipynb #1f8737a0
-def make_shapes(n: int, size: int, seed: int, supersample: int = 4, canny_sigma: float = 0.7) -> dict[str, np.ndarray]:
-    """Synthetic shapes: images (n, size, size) in [0, 1], class (n,) ∈ {circle, square, triangle},
-    mask (n, size, size) bool, Canny edges (n, size, size) bool of the clean image."""
-    from skimage.feature import canny
-    rng = np.random.default_rng(seed)
-    cls = rng.integers(0, 3, n)
-    cx, cy = rng.uniform(0.36, 0.64, (2, n)) * size
-    r = rng.uniform(0.22, 0.34, n) * size
-    period = rng.uniform(4.0, 7.0, n); theta = rng.uniform(0, np.pi, n); phase = rng.uniform(0, 2 * np.pi, n)
-    t = (np.arange(size * supersample) + 0.5) / supersample
-    yy, xx = np.meshgrid(t, t, indexing="ij")
-    imgs = np.zeros((n, size, size)); masks = np.zeros((n, size, size), bool); edges = np.zeros_like(masks)
-    for i in range(n):
-        dx, dy = xx - cx[i], yy - cy[i]
-        if cls[i] == 0:
-            inside = dx**2 + dy**2 <= r[i] ** 2
-        elif cls[i] == 1:
-            inside = (np.abs(dx) <= 0.88 * r[i]) & (np.abs(dy) <= 0.88 * r[i])
-        else:
-            inside = (dy <= 0.7 * r[i]) & (dy >= -1.1 * r[i] + 1.9 * np.abs(dx))
-        cover = inside.reshape(size, supersample, size, supersample).mean((1, 3))
-        u = (np.arange(size) + 0.5)
-        gy, gx = np.meshgrid(u, u, indexing="ij")
-        stripes = 0.5 + 0.5 * np.sin(2 * np.pi * (gx * np.cos(theta[i]) + gy * np.sin(theta[i])) / period[i] + phase[i])
-        imgs[i] = cover * (0.2 + 0.8 * stripes)
-        masks[i] = cover >= 0.5
-        edges[i] = canny(imgs[i], sigma=canny_sigma)
-    return dict(images=imgs, cls=cls, mask=masks, edges=edges)
+from ..synthimg import make_shapes  # the shapes live in the toolkit (synthimg)
 
 # %% ../../nbs/03_generative/info_dynamics.ipynb #53f04b44
 def train_autoencoder(x: torch.Tensor, latent: int, *, hidden: int, steps: int, batch: int, lr: float,
