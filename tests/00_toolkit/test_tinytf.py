@@ -213,6 +213,8 @@ def test_answer_logprob_rejects_overlong_items():
         answer_logprob(m, [torch.tensor([1, 2, 3])], [torch.tensor([1, 2])])
     with pytest.raises(ValueError, match="at least one token"):
         answer_logprob(m, [torch.tensor([], dtype=torch.long)], [torch.tensor([1])])
+
+
 def test_embed_onehot_is_the_models_embedding_and_differentiable():
     from paper_suite.tinytf import embed_onehot
     torch.manual_seed(0)
