@@ -9,7 +9,8 @@ from typing import Sequence
 import numpy as np
 
 # %% auto #0
-__all__ = ['NUISANCES', 'make_shapes', 'change_pairs']
+__all__ = ['NUISANCES', 'SCENE_COLOURS', 'SCENE_SHAPES', 'SCENE_TEXTURES', 'make_shapes', 'change_pairs', 'position_words',
+           'grid_scenes', 'patch_masks']
 
 # %% ../nbs/00_toolkit/24_synthimg.ipynb #142834db
 def make_shapes(n: int, size: int, seed: int, supersample: int = 4, canny_sigma: float = 0.7) -> dict[str, np.ndarray]:
@@ -149,3 +150,99 @@ def change_pairs(n: int, size: int, seed: int, *, nuisances: Sequence[str] = NUI
             img = np.clip(gain[:, None, None] * img ** gam + off, 0, 1)
         post[i] = img
     return dict(pre=pre, post=post, mask=mask, changed=changed)
+
+# %% ../nbs/00_toolkit/24_synthimg.ipynb #6437a34e
+SCENE_COLOURS: dict[str, tuple[float, float, float]] = {
+    "red": (0.92, 0.16, 0.14), "green": (0.18, 0.74, 0.22), "blue": (0.16, 0.32, 0.94),
+    "yellow": (0.96, 0.86, 0.12), "purple": (0.62, 0.22, 0.82), "cyan": (0.12, 0.80, 0.86)}
+SCENE_SHAPES = ("circle", "square", "triangle")
+SCENE_TEXTURES = ("plain", "striped")
+
+
+def position_words(rows: int, cols: int) -> list[str]:
+    """One word per cell in reading order: left/right, top/bottom, top-left ... centre; else r{i}c{j}."""
+    v = {1: [""], 2: ["top", "bottom"], 3: ["top", "", "bottom"]}
+    h = {1: [""], 2: ["left", "right"], 3: ["left", "", "right"]}
+    if rows not in v or cols not in h:
+        return [f"r{i}c{j}" for i in range(rows) for j in range(cols)]
+    return ["-".join(w for w in (a, b) if w) or "centre" for a in v[rows] for b in h[cols]]
+
+
+def _cover(kind: str, cx: float, cy: float, r: float, size: int, supersample: int) -> np.ndarray:
+    """Fraction of each pixel inside a circle, square or triangle (the geometry of `make_shapes`)."""
+    t = (np.arange(size * supersample) + 0.5) / supersample
+    yy, xx = np.meshgrid(t, t, indexing="ij")
+    dx, dy = xx - cx, yy - cy
+    if kind == "circle":
+        inside = dx**2 + dy**2 <= r**2
+    elif kind == "square":
+        inside = (np.abs(dx) <= 0.88 * r) & (np.abs(dy) <= 0.88 * r)
+    elif kind == "triangle":
+        inside = (dy <= 0.7 * r) & (dy >= -1.1 * r + 1.9 * np.abs(dx))
+    else:
+        raise ValueError(f"unknown shape {kind!r}; known: {SCENE_SHAPES}")
+    return inside.reshape(size, supersample, size, supersample).mean((1, 3))
+
+
+def grid_scenes(n: int, size: int, seed: int, *, grid: tuple[int, int] = (2, 2),
+                shapes: Sequence[str] = SCENE_SHAPES, colours: Sequence[str] = tuple(SCENE_COLOURS),
+                textures: Sequence[str] = SCENE_TEXTURES, p_empty: float = 0.25,
+                supersample: int = 4) -> dict:
+    """Captioned scenes of Eq. (1): `images` (n, 3, size, size) float32 in [0, 1]; `shape`, `colour`,
+    `texture` (n, rows, cols) int64 indices into the given lists (-1: empty cell); `masks`
+    (n, rows·cols, size, size) bool, one per cell; `captions`, a list of n strings."""
+    rows, cols = grid
+    if size < 4 * max(rows, cols) or not 0 <= p_empty <= 1:
+        raise ValueError(f"need size >= 4 px per cell and 0 <= p_empty <= 1, got size={size}, grid={grid}, p_empty={p_empty}")
+    bad = [c for c in colours if c not in SCENE_COLOURS] + [t for t in textures if t not in SCENE_TEXTURES]
+    if bad:
+        raise ValueError(f"unknown colours/textures {bad}; known: {list(SCENE_COLOURS)}, {SCENE_TEXTURES}")
+    rng = np.random.default_rng(seed)
+    K = rows * cols
+    words = position_words(rows, cols)
+    empty = rng.random((n, rows, cols)) < p_empty
+    shape = np.where(empty, -1, rng.integers(0, len(shapes), (n, rows, cols)))
+    colour = np.where(empty, -1, rng.integers(0, len(colours), (n, rows, cols)))
+    texture = np.where(empty, -1, rng.integers(0, len(textures), (n, rows, cols)))
+    ch, cw = size / rows, size / cols
+    u = np.arange(size) + 0.5
+    gy, gx = np.meshgrid(u, u, indexing="ij")
+    images = np.zeros((n, 3, size, size), np.float32)
+    masks = np.zeros((n, K, size, size), bool)
+    captions = []
+    for i in range(n):
+        lo, hi = rng.uniform(0.0, 0.35, 3), rng.uniform(0.0, 0.35, 3)     # a dim two-colour gradient background
+        ang = rng.uniform(0, 2 * np.pi)
+        s = ((gx * np.cos(ang) + gy * np.sin(ang)) / size + 1) / 2
+        img = lo[:, None, None] * (1 - s) + hi[:, None, None] * s + rng.normal(0, 0.03, (3, size, size))
+        objs = []
+        for k in range(K):
+            a, b = divmod(k, cols)
+            if empty[i, a, b]:
+                continue
+            r = rng.uniform(0.28, 0.40) * min(ch, cw)
+            cx = (b + 0.5 + rng.uniform(-0.12, 0.12)) * cw
+            cy = (a + 0.5 + rng.uniform(-0.12, 0.12)) * ch
+            cover = _cover(shapes[shape[i, a, b]], cx, cy, r, size, supersample)
+            tex = np.ones((size, size))
+            if textures[texture[i, a, b]] == "striped":
+                period = max(2.0, r / 1.5)
+                tex = 0.3 + 0.7 * (np.sin(2 * np.pi * (gx + gy) / period) > 0)
+            c = np.array(SCENE_COLOURS[colours[colour[i, a, b]]])
+            img = (1 - cover) * img + cover * c[:, None, None] * tex
+            masks[i, k] = cover >= 0.5
+            objs.append(" ".join([colours[colour[i, a, b]]] + (["striped"] if textures[texture[i, a, b]] == "striped" else [])
+                                 + [shapes[shape[i, a, b]], words[k]]))
+        images[i] = np.clip(img, 0, 1)
+        captions.append(" and ".join(objs) if objs else "nothing")
+    return dict(images=images, shape=shape.astype(np.int64), colour=colour.astype(np.int64),
+                texture=texture.astype(np.int64), masks=masks, captions=captions)
+
+
+def patch_masks(masks: np.ndarray, patch: int) -> np.ndarray:
+    """(n, K, size, size) bool masks → (n, K, (size/patch)²) fraction of each patch (row-major) covered."""
+    n, K, H, W = masks.shape
+    if H % patch or W % patch:
+        raise ValueError(f"patch {patch} does not divide the image size {H}×{W}")
+    m = masks.reshape(n, K, H // patch, patch, W // patch, patch).mean((3, 5))
+    return m.reshape(n, K, -1)

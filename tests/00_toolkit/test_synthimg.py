@@ -55,3 +55,37 @@ def test_bad_input():
         change_pairs(2, 16, 0, nuisances=("fog",))
     with pytest.raises(ValueError, match="p_change"):
         change_pairs(2, 16, 0, p_change=1.5)
+
+
+def test_grid_scenes_labels_captions_and_masks_agree():
+    from paper_suite.synthimg import SCENE_COLOURS, grid_scenes, patch_masks, position_words
+    sc = grid_scenes(60, 24, seed=3, grid=(1, 2), textures=("plain",), p_empty=0.3)
+    assert sc["images"].shape == (60, 3, 24, 24) and sc["images"].min() >= 0 and sc["images"].max() <= 1
+    assert position_words(1, 2) == ["left", "right"]
+    cols = list(SCENE_COLOURS)
+    for i in range(60):
+        words = sc["captions"][i].split()
+        assert "striped" not in words
+        for k, pos in enumerate(["left", "right"]):
+            s = sc["shape"][i, 0, k]
+            assert (pos in words) == (s >= 0) == sc["masks"][i, k].any()
+            if s >= 0:
+                j = words.index(pos)
+                assert words[j - 2] == cols[sc["colour"][i, 0, k]]
+                assert words[j - 1] == ("circle", "square", "triangle")[s]
+                # the object stays in its half of the image
+                assert not sc["masks"][i, k][:, (1 - k) * 12 + 1:(1 - k) * 12 + 11].any()
+    pm = patch_masks(sc["masks"], 6)
+    assert pm.shape == (60, 2, 16) and np.allclose(pm.mean(-1), sc["masks"].mean((2, 3)))
+
+
+def test_grid_scenes_are_seeded_and_reject_bad_arguments():
+    from paper_suite.synthimg import grid_scenes
+    a, b = grid_scenes(5, 16, seed=0), grid_scenes(5, 16, seed=0)
+    assert np.array_equal(a["images"], b["images"]) and a["captions"] == b["captions"]
+    assert not np.array_equal(a["images"], grid_scenes(5, 16, seed=1)["images"])
+    assert all(c == "nothing" for c in grid_scenes(4, 16, seed=0, p_empty=1.0)["captions"])
+    with pytest.raises(ValueError, match="unknown colours"):
+        grid_scenes(2, 16, seed=0, colours=("mauve",))
+    with pytest.raises(ValueError, match="px per cell"):
+        grid_scenes(2, 8, seed=0, grid=(3, 3))
