@@ -126,7 +126,7 @@ def diffusion_loss(model: TabDenoiser, x_num: torch.Tensor, p_cat: torch.Tensor,
     return loss.mean()
 
 
-def sample_latents(spec: TableSpec, regime: str, B: int, gen: torch.Generator, dtype=torch.float32,
+def sample_latents(spec: TableSpec, regime: str, B: int, gen: torch.Generator, dtype=torch.float64,
                    t_range: tuple[float, float] = (0.05, 0.95)) -> dict[str, torch.Tensor]:
     """Fresh per-row latents of one training step: t ~ U(t_range), ε ~ N(0, I), m_ij ~ Bernoulli(1 − α_c(t_i))."""
     t = t_range[0] + (t_range[1] - t_range[0]) * torch.rand(B, generator=gen, dtype=dtype)
@@ -137,7 +137,7 @@ def sample_latents(spec: TableSpec, regime: str, B: int, gen: torch.Generator, d
     return {"t": t, "eps": eps, "mask": mask}
 
 
-def one_hot_cat(spec: TableSpec, cat: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+def one_hot_cat(spec: TableSpec, cat: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
     """Integer categories (B, d_cat) to the concatenated one-hot (B, ΣK)."""
     if spec.d_cat == 0:
         return torch.zeros(len(cat), 0, dtype=dtype)
@@ -302,11 +302,12 @@ def _one_restart(model: TabDenoiser, target: list[torch.Tensor], B: int, cfg: At
     blocks = [[i for i, n in enumerate(names) if n.startswith(p)] for p in ("trunk", "eps_head", "cat_head")]
     blocks = [b for b in blocks if b]
     d_eps = spec.d_num + (spec.d_onehot if regime == "gaussian" else 0)
-    xn = torch.randn(B, spec.d_num, generator=gen).requires_grad_()
-    z = (0.1 * torch.randn(B, spec.d_onehot, generator=gen)).requires_grad_()
-    ut = torch.zeros(B).requires_grad_()
-    eps = torch.randn(B, d_eps, generator=gen).requires_grad_()
-    mu = torch.zeros(B, spec.d_cat).requires_grad_()
+    dt = params[0].dtype
+    xn = torch.randn(B, spec.d_num, generator=gen, dtype=dt).requires_grad_()
+    z = (0.1 * torch.randn(B, spec.d_onehot, generator=gen, dtype=dt)).requires_grad_()
+    ut = torch.zeros(B, dtype=dt).requires_grad_()
+    eps = torch.randn(B, d_eps, generator=gen, dtype=dt).requires_grad_()
+    mu = torch.zeros(B, spec.d_cat, dtype=dt).requires_grad_()
     rows, lats = [xn, z], ([] if cfg.oracle else [ut, eps] + ([mu] if regime == "mixed" else []))
     total = cfg.cycles * (cfg.n_rows + cfg.n_lat)
     step = [0]
@@ -316,14 +317,14 @@ def _one_restart(model: TabDenoiser, target: list[torch.Tensor], B: int, cfg: At
         if cfg.cats == "softmax":
             p = torch.cat([F.softmax(b / tau, 1) for b in _blocks(spec, z)], 1) if spec.d_cat else z
         else:
-            p = z + torch.cat([torch.full((B, k), 1.0 / k) for k in spec.cards], 1) if spec.d_cat else z
+            p = z + torch.cat([torch.full((B, k), 1.0 / k, dtype=dt) for k in spec.cards], 1) if spec.d_cat else z
         if cfg.oracle:
             return p, truth_lat["t"], truth_lat["eps"], truth_lat["mask"]
         t = 0.05 + 0.9 * torch.sigmoid(ut)
         m = None
         if regime == "mixed":
             ms = torch.sigmoid(mu)
-            m = ms if cfg.cats == "raw" else (ms > 0.5).float() + ms - ms.detach()     # straight-through hard mask
+            m = ms if cfg.cats == "raw" else (ms > 0.5).to(dt) + ms - ms.detach()     # straight-through hard mask
         return p, t, eps, m
 
     def objective():
@@ -368,7 +369,7 @@ def invert(model: TabDenoiser, target: Sequence[torch.Tensor], B: int, cfg: Atta
            truth_lat: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Run cfg.restarts restarts from `seed`; keep the one with the smallest D, or pool them by Eq. (14); (num, cat)."""
     gen = torch.Generator().manual_seed(seed)
-    target = [g.float() for g in target]
+    target = [g.to(next(model.parameters()).dtype) for g in target]
     outs = [_one_restart(model, target, B, cfg, gen, truth_lat) for _ in range(cfg.restarts)]
     if cfg.pool:
         return align_and_aggregate([o[0] for o in outs], [o[1] for o in outs], sigma)
@@ -433,8 +434,8 @@ def pretrain(model: TabDenoiser, num: torch.Tensor, cat: torch.Tensor, steps: in
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(steps):
         idx = torch.randint(0, len(num), (batch,), generator=gen)
-        lat = sample_latents(model.spec, model.regime, batch, gen)
-        loss = diffusion_loss(model, num[idx], one_hot_cat(model.spec, cat[idx]), lat["t"], lat["eps"], lat["mask"])
+        lat = sample_latents(model.spec, model.regime, batch, gen, num.dtype)
+        loss = diffusion_loss(model, num[idx], one_hot_cat(model.spec, cat[idx], num.dtype), lat["t"], lat["eps"], lat["mask"])
         opt.zero_grad(); loss.backward(); opt.step()
     return model
 
