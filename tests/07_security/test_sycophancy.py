@@ -14,6 +14,15 @@ from paper_suite.security.sycophancy import (TRANSCRIPT_TYPES, baselines, cue_sh
 from paper_suite.tinytf import GPT, GPTConfig
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models on a shared machine: more threads only wait on each other."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def tiny(vocab=11, seed=0):
     torch.manual_seed(seed)
     return GPT(GPTConfig(vocab_size=vocab, block_size=8, n_layer=1, n_head=2, d_model=16)).eval()
@@ -126,7 +135,7 @@ def test_kappa_ci_by_hand():
     a = np.array([1, 1, 1, 0, 0, 0, 0, 1, 0, 1, 1, 0])
     b = np.array([1, 0, 1, 0, 0, 1, 0, 1, 0, 1, 0, 0])
     po = (a == b).mean(); pe = a.mean() * b.mean() + (1 - a.mean()) * (1 - b.mean())
-    k, lo, hi = kappa_ci(a, b, 40, 0)
+    k, lo, hi = kappa_ci(a, b, 10, 0)
     assert k == pytest.approx((po - pe) / (1 - pe)) and lo <= k <= hi
     assert kappa_ci(a, a, 5, 0)[0] == pytest.approx(1.0)
 
