@@ -2688,6 +2688,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                        'paper_suite/security/tdp.py'),
                                           'paper_suite.security.tdp.KGWorld': ( '07_security/tdp.html#kgworld',
                                                                                 'paper_suite/security/tdp.py'),
+                                          'paper_suite.security.tdp.KGWorld.__post_init__': ( '07_security/tdp.html#kgworld.__post_init__',
+                                                                                              'paper_suite/security/tdp.py'),
                                           'paper_suite.security.tdp.KGWorld.text': ( '07_security/tdp.html#kgworld.text',
                                                                                      'paper_suite/security/tdp.py'),
                                           'paper_suite.security.tdp.PairwiseRanker': ( '07_security/tdp.html#pairwiseranker',

@@ -168,6 +168,9 @@ class KGWorld:
     triples: list[tuple[str, str, str]]
     home: dict[str, str]
 
+    def __post_init__(self):
+        self.type_of = {e: t for t, es in self.entities.items() for e in es}
+
     def text(self, h: str, role: str, t: str, variant: int) -> str:
         """The passage verbalising (h, role, t) with template `variant` (0 or 1) of the world's vocabulary."""
         return self.spec.vocab[role][1 + variant % 2].format(h=h, t=t)
@@ -257,7 +260,7 @@ def attack(world: KGWorld, q: str, target: str, kind: str, *, copies: int = 5, b
     n_state = copies if kind == "A1" else 2
     out = [Passage(q, "home", target, world.text(q, "home", target, i), True) for i in range(n_state)]
     n_link = 0 if kind == "A1" else 1 + (background if kind == "A3" else 0)
-    typ = {e: t for t, es in world.entities.items() for e in es}
+    typ = world.type_of
     links = [x for x in neighbours if typ[x] in _LINK_ROLE][:n_link]
     out += [Passage(x, _LINK_ROLE[typ[x]], target, world.text(x, _LINK_ROLE[typ[x]], target, i), True)
             for i, x in enumerate(links)]
