@@ -122,9 +122,9 @@ def test_grad_distance_kinds():
 def test_oracle_attack_beats_chance_on_tiny_problem():
     spec = TableSpec(2, (3,))
     torch.manual_seed(0)
-    m = TabDenoiser(spec, "mixed", hidden=16)
+    m = TabDenoiser(spec, "mixed", hidden=16).double()       # the chapter runs in float64
     gen = torch.Generator().manual_seed(0)
-    x, c = torch.randn(2, 2), torch.tensor([[0], [2]])
+    x, c = torch.randn(2, 2, dtype=torch.float64), torch.tensor([[0], [2]])
     lat = sample_latents(spec, "mixed", 2, gen)
     g = client_gradient(m, x, c, lat)
     rn, rc = invert(m, g, 2, AttackConfig(oracle=True, cyclic=False, restarts=1, cycles=4, n_rows=25, n_lat=25, lr=0.05), 0,
