@@ -123,7 +123,8 @@ def crude_nn(A, B, p: float = 2.0, k: int = 16, shifts: int = 3, kind: str = "au
     """Crude estimates D_a >= nn(a) from randomly shifted grids in the embedded l_1 space, Eqs. (12)-(14).
 
     For each a, the finest level at which a shares a cell with some b in B (in any of `shifts` grids)
-    names candidates; D_a is the exact l_p distance to the best of them. Time O((n + m)(dk + kL) + n shifts d)."""
+    names candidates; D_a is the exact l_p distance to the best of them.
+    Time O((n + m)(dk + kL) + L shifts m log m + n shifts d), the middle term from one sort per grid."""
     A, B = as_tensor(A), as_tensor(B)
     n, m = A.shape[0], B.shape[0]
     F, G = embed(A, k, p, kind, seed), embed(B, k, p, kind, seed)
